@@ -1,0 +1,57 @@
+"""Checkpoints: written atomically, read with ``weights_only=True``.
+
+A checkpoint is a plain dict of tensors and Python containers (model and optimizer state, RNG
+states, progress, the resolved config), so it loads without unpickling code. Writing goes to a
+temporary file in the same folder, then ``os.replace``: a crash mid-write leaves the previous
+checkpoint intact, so no run ever loses its last good checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vdrnn.errors import CheckpointError
+
+LAST = "last.pt"
+BEST = "best.pt"
+
+
+def save(payload: dict[str, Any], path: Path) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist; pass the path of a last.pt or best.pt")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for truncated or foreign files
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
+            f"it is truncated or not a vdrnn checkpoint. Use the other checkpoint of the run (last.pt/best.pt) "
+            f"or start afresh in a new output dir"
+        ) from err
+    if not isinstance(payload, dict) or "model" not in payload or "config" not in payload:
+        raise CheckpointError(f"checkpoint {path} is not a vdrnn checkpoint (no model state or config in it)")
+    return payload
+
+
+def load_model_state(model: torch.nn.Module, payload: dict[str, Any], path: str | Path) -> None:
+    try:
+        model.load_state_dict(payload["model"])
+    except RuntimeError as err:
+        raise CheckpointError(
+            f"checkpoint {path} does not fit this model ({str(err).splitlines()[0]}); it was trained with "
+            f"another model size or cell. Resume with the same model config, or use a new output dir"
+        ) from err

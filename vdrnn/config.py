@@ -1,0 +1,129 @@
+"""Typed, validated views of the Hydra config.
+
+Hydra composes the YAML in conf/ and rejects unknown keys and options; this module turns the result
+into frozen dataclasses and checks the values (ranges, choices, combinations) with errors that say
+what to pass instead. Code below the CLI only ever sees these dataclasses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from vdrnn.dropout import DropoutConfig
+from vdrnn.errors import ConfigError
+from vdrnn.model import ModelConfig
+
+AMP_MODES = ("off", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    name: str = "ptb"
+    root: str | None = None
+    batch_size: int = 20
+    bptt: int = 35
+    eval_batch_size: int = 20
+    test_batch_size: int = 1
+    eval_max_tokens: int | None = None
+    allow_custom_corpus: bool = False
+
+    def __post_init__(self) -> None:
+        if self.name != "ptb":
+            raise ConfigError(f"dataset {self.name!r} is not available; use `dataset=ptb`")
+        for key in ("batch_size", "bptt", "eval_batch_size", "test_batch_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"data.{key}={getattr(self, key)} must be at least 1")
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    epochs: int = 39
+    max_steps: int | None = None
+    lr: float = 1.0
+    lr_decay: float = 1.2
+    lr_decay_start: int = 6
+    clip: float = 5.0
+    weight_decay: float = 0.0
+    weight_decay_mode: str = "gal"
+    amp: str = "off"
+    log_every: int = 100
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        # YAML reads a bare `off` as False; accept it as the string it means.
+        if self.amp is False:
+            object.__setattr__(self, "amp", "off")
+        if self.amp not in AMP_MODES:
+            raise ConfigError(f"trainer.amp={self.amp!r}; choose one of {', '.join(AMP_MODES)}")
+        if self.weight_decay_mode not in ("gal", "l2"):
+            raise ConfigError(f"trainer.weight_decay_mode={self.weight_decay_mode!r}; choose `gal` or `l2`")
+        if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
+            raise ConfigError("trainer.epochs and trainer.max_steps must be at least 1")
+        if not self.lr > 0 or not self.lr_decay >= 1 or self.clip <= 0 or self.weight_decay < 0:
+            raise ConfigError("need trainer.lr > 0, trainer.lr_decay >= 1, trainer.clip > 0, trainer.weight_decay >= 0")
+
+    def lr_at(self, epoch: int) -> float:
+        """Learning rate of epoch ``epoch`` (1-based): constant, then divided by lr_decay every epoch."""
+        return self.lr / self.lr_decay ** max(0, epoch - self.lr_decay_start)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    mode: str = "scale"
+    samples: int = 1000
+    batch: int = 1000
+    word_dropout: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("scale", "mc"):
+            raise ConfigError(f"eval.mode={self.mode!r}; choose `eval=scale` or `eval=mc`")
+        if self.samples < 1 or self.batch < 1:
+            raise ConfigError("eval.samples and eval.batch must be at least 1")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    data: DataConfig
+    model: ModelConfig
+    dropout: DropoutConfig
+    trainer: TrainerConfig
+    eval: EvalConfig
+    seed: int = 1
+    device: str = "auto"
+    resume: str | None = None
+    checkpoint: str | None = None
+
+
+def _build(cls, values: dict[str, Any], where: str):
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join(where + '.' + k for k in unknown)}; known: {', '.join(sorted(known))}")
+    return cls(**values)
+
+
+def to_container(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config as plain Python containers (what checkpoints and logs store)."""
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def from_dict(raw: dict[str, Any]) -> RunConfig:
+    """Validate a composed config (a plain dict, e.g. from ``to_container`` or a checkpoint)."""
+    cell = raw.get("cell") or {}
+    model = _build(ModelConfig, {**raw["model"], "cell": cell.get("type", "lstm"), "gates": cell.get("gates", "tied")},
+                   "model")
+    dropout = _build(DropoutConfig, {**raw["dropout"], "per_gate": model.gates == "untied"}, "dropout")
+    return RunConfig(
+        data=_build(DataConfig, raw["data"], "data"),
+        model=model,
+        dropout=dropout,
+        trainer=_build(TrainerConfig, raw["trainer"], "trainer"),
+        eval=_build(EvalConfig, raw["eval"], "eval"),
+        seed=int(raw.get("seed", 1)),
+        device=str(raw.get("device", "auto")),
+        resume=raw.get("resume"),
+        checkpoint=raw.get("checkpoint"),
+    )

@@ -1,0 +1,236 @@
+"""Dropout schemes for recurrent networks: which tensor is dropped, with which mask, and when.
+
+Notation (Gal & Ghahramani 2016, "A Theoretically Grounded Application of Dropout in RNNs"):
+x_t is a layer's input at time t, h_{t-1} its previous output, c_t the LSTM cell state, and the
+LSTM (gate order i, f, g, o as in ``torch.nn.LSTM``) computes
+
+    [i; f; g; o] = W_x x_t + W_h h_{t-1} + b,   c_t = f*c_{t-1} + i*g,   h_t = o*tanh(c_t).
+
+A *mask* z is a tensor of independent Bernoulli(1-p) draws divided by (1-p) ("inverted dropout"),
+so E[z] = 1 and evaluation with all masks equal to one (weight scaling, ``eval=scale``) needs no
+rescaling. What differs between schemes is where masks go, their shape, and how often they are drawn:
+
+| scheme                 | dropped tensors                           | mask shape    | drawn                          |
+|------------------------|-------------------------------------------|---------------|--------------------------------|
+| ``none``               | nothing                                   | --            | --                             |
+| ``zaremba`` (2014)     | layer inputs x_t, final output            | T x B x D     | fresh every time step, sample  |
+| ``moon`` (2015)        | cell state c_t (+ optional word types)    | B x H         | once per sample per minibatch  |
+| ``variational`` (tied) | word types, x_t, h_{t-1}, final output    | B x D         | once per sample per minibatch  |
+| ``variational`` untied | same, with a separate mask for every gate | B x 4 x D     | once per sample per minibatch  |
+
+"Per minibatch" means per truncated-BPTT segment: masks are redrawn for every 35-step minibatch
+while the hidden state is carried over from the previous one (Gal's ``main_new_dropout_SOTA_v3.lua``).
+MC dropout evaluation (``eval=mc``) draws masks exactly as training does.
+
+Each scheme is a :class:`DropoutScheme`; ``make_dropout`` is the one factory. Layers receive
+their masks as a :class:`LayerMasks`; the scheme decides shapes, the layer only multiplies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from vdrnn.errors import ConfigError
+
+SCHEMES = ("none", "zaremba", "moon", "variational")
+
+
+@dataclass(frozen=True)
+class DropoutConfig:
+    """Dropout probabilities, one per site. Which sites a scheme may use is checked here.
+
+    ``embedding`` is word-type dropout (drop whole word types, Gal sec. 4.1); ``input`` drops each
+    layer's input (the embedding output for layer 1, the layer below's output above it); ``recurrent``
+    drops h_{t-1}; ``output`` drops the last layer's output before the softmax; ``cell`` drops c_t
+    (Moon only). ``per_gate`` gives every gate its own masks (Gal's untied-weights variant, eq. 5);
+    only the variational scheme has per-gate masks, for the others tied and untied cells are identical.
+    """
+
+    scheme: str = "none"
+    embedding: float = 0.0
+    input: float = 0.0
+    recurrent: float = 0.0
+    output: float = 0.0
+    cell: float = 0.0
+    per_gate: bool = False
+
+    # Sites each scheme drives; a non-zero probability anywhere else is a configuration error,
+    # because it would silently do nothing (or silently turn one scheme into another).
+    ALLOWED = {
+        "none": (),
+        "zaremba": ("input", "output"),
+        "moon": ("cell", "embedding"),
+        "variational": ("embedding", "input", "recurrent", "output"),
+    }
+    SITES = ("embedding", "input", "recurrent", "output", "cell")
+
+    def __post_init__(self) -> None:
+        if self.scheme not in SCHEMES:
+            raise ConfigError(
+                f"unknown dropout scheme {self.scheme!r}; choose one of {', '.join(SCHEMES)} "
+                f"(e.g. `dropout=variational`)"
+            )
+        for site in self.SITES:
+            p = getattr(self, site)
+            if not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+                raise ConfigError(
+                    f"dropout.{site}={p!r} is not a probability in [0, 1); "
+                    f"pass e.g. `dropout.{site}=0.5` (p=1 would drop everything)"
+                )
+            if p > 0 and site not in self.ALLOWED[self.scheme]:
+                allowed = ", ".join(self.ALLOWED[self.scheme]) or "none"
+                raise ConfigError(
+                    f"dropout.{site}={p} is not used by scheme {self.scheme!r} (its sites: {allowed}); "
+                    f"set `dropout.{site}=0` or pick a scheme that drops {site}"
+                )
+
+
+def bernoulli_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
+    """Inverted-dropout mask: 0 with probability p, else 1/(1-p). Drawn on ``like``'s device in fp32.
+
+    Sampling on the device with the default generator keeps it valid inside CUDA graphs.
+    """
+    keep = torch.empty(shape, device=like.device, dtype=torch.float32).bernoulli_(1.0 - p)
+    return keep.div_(1.0 - p)
+
+
+@dataclass
+class LayerMasks:
+    """Masks for one recurrent layer during one minibatch; ``None`` means "not dropped".
+
+    ``x``: applied to the layer input. Shape [T, B, D] (fresh per step), [B, D] (fixed over time),
+      or [B, G, D] with ``per_gate`` (one mask per gate, fixed over time).
+    ``h``: applied to h_{t-1} before the recurrent product. [B, H] or [B, G, H] with ``per_gate``.
+    ``c``: Moon's cell mask, [B, H], values in {0, 1}; see :class:`MoonDropout` for its scaling.
+    ``c_scale``: 1/(1-p_cell), applied to h_t so that E[h_t] is preserved.
+    """
+
+    x: torch.Tensor | None = None
+    h: torch.Tensor | None = None
+    c: torch.Tensor | None = None
+    c_scale: float = 1.0
+    per_gate: bool = False
+
+    @property
+    def recurrent(self) -> bool:
+        """True when the recurrence itself is perturbed, so a fused cuDNN kernel cannot run it."""
+        return self.h is not None or self.c is not None or self.per_gate
+
+
+@dataclass
+class DropoutScheme:
+    """Base class: no dropout anywhere. Subclasses override the sites they drop."""
+
+    config: DropoutConfig = field(default_factory=DropoutConfig)
+
+    def word_type_mask(self, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor | None:
+        """Mask [T, B, 1] for the embeddings of ``tokens`` [T, B], or None."""
+        return None
+
+    def layer_masks(self, x: torch.Tensor, hidden_size: int, gates: int) -> LayerMasks:
+        """Masks for a layer whose input is ``x`` [T, B, D]."""
+        return LayerMasks()
+
+    def output_mask(self, y: torch.Tensor) -> torch.Tensor | None:
+        """Mask for the last layer's output ``y`` [T, B, H], broadcastable to it, or None."""
+        return None
+
+
+def _word_type_mask(tokens: torch.Tensor, vocab_size: int, p: float) -> torch.Tensor | None:
+    # One Bernoulli draw per (sequence, word type): every occurrence of a word in a sequence is
+    # dropped together (Gal sec. 4.1, and the fix in Gal's README that tied masks per word).
+    if p == 0:
+        return None
+    per_type = bernoulli_mask((tokens.shape[1], vocab_size), p, tokens)  # [B, V]
+    return per_type.gather(1, tokens.t()).t().unsqueeze(-1)  # [T, B, 1]
+
+
+class ZarembaDropout(DropoutScheme):
+    """Zaremba, Sutskever & Vinyals (2014): dropout on non-recurrent connections only.
+
+    x_t <- x_t * z_t with z_t ~ Bernoulli(1-p)/(1-p) of shape [B, D], **fresh at every time step
+    and for every sample**, applied to the embedding output, to each higher layer's input and to
+    the final output. h_{t-1} and c_t are never dropped, so the recurrence is the plain LSTM and
+    cuDNN runs it.
+    """
+
+    def layer_masks(self, x, hidden_size, gates):
+        p = self.config.input
+        return LayerMasks(x=bernoulli_mask(tuple(x.shape), p, x) if p > 0 else None)
+
+    def output_mask(self, y):
+        p = self.config.output
+        return bernoulli_mask(tuple(y.shape), p, y) if p > 0 else None
+
+
+class MoonDropout(DropoutScheme):
+    """Moon et al. (2015), "RNNDrop": drop units of the memory cell c_t.
+
+    c_t = m * (f*c_{t-1} + i*g) with m ~ Bernoulli(1-p) of shape [B, H], **one mask per sample
+    fixed over all time steps** of the minibatch; h_t = o * tanh(c_t) / (1-p).
+
+    Why the 1/(1-p) sits on h_t rather than on c_t: c_t is a running sum, so scaling it inside the
+    recurrence would compound as (1/(1-p))^t. A dropped unit is zero for the whole sequence (so is its
+    h_t); scaling the kept units' h_t by 1/(1-p) preserves E[h_t], the quantity the next layer and the
+    recurrence see, and evaluation with m = 1 and no scale is then the weight-scaling approximation.
+
+    ``dropout.embedding`` adds Gal's word-type embedding dropout ("Moon et al. + emb dropout" row).
+    """
+
+    def word_type_mask(self, tokens, vocab_size):
+        return _word_type_mask(tokens, vocab_size, self.config.embedding)
+
+    def layer_masks(self, x, hidden_size, gates):
+        p = self.config.cell
+        if p == 0:
+            return LayerMasks()
+        keep = torch.empty((x.shape[1], hidden_size), device=x.device).bernoulli_(1.0 - p)
+        return LayerMasks(c=keep, c_scale=1.0 / (1.0 - p))
+
+
+class VariationalDropout(DropoutScheme):
+    """Gal & Ghahramani (2016): variational (Bayesian) dropout, one weight mask per sequence.
+
+    Tied gates (eq. 7): [i; f; g; o] = W [x_t * z_x ; h_{t-1} * z_h] + b with z_x [B, D] and
+    z_h [B, H] **drawn once per sample per minibatch and reused at every time step**, shared by
+    all four gates. Untied gates (eq. 5, ``cell.gates=untied``): i = sigma(W_i (x_t * z_x^i) +
+    U_i (h_{t-1} * z_h^i) + b_i) and likewise for f, g, o, i.e. masks of shape [B, 4, D] and [B, 4, H]
+    (a separate mask per gate). The same weights as tied; only the noise differs.
+
+    Also, each fixed over time and per sample: word-type dropout on the embedding (one draw per word
+    type per sequence), and z_o [B, H] on the last layer's output. Each layer's input mask z_x acts on
+    the embedding output (layer 1) or on the output of the layer below.
+    """
+
+    def word_type_mask(self, tokens, vocab_size):
+        return _word_type_mask(tokens, vocab_size, self.config.embedding)
+
+    def layer_masks(self, x, hidden_size, gates):
+        cfg = self.config
+        batch, in_size = x.shape[1], x.shape[2]
+        x_shape = (batch, gates, in_size) if cfg.per_gate else (batch, in_size)
+        h_shape = (batch, gates, hidden_size) if cfg.per_gate else (batch, hidden_size)
+        return LayerMasks(
+            # Untied gates need per-gate masks even at p=0 only if some p>0; with both p=0 the
+            # untied cell is exactly the tied one and may take the fused path.
+            x=bernoulli_mask(x_shape, cfg.input, x) if cfg.input > 0 else None,
+            h=bernoulli_mask(h_shape, cfg.recurrent, x) if cfg.recurrent > 0 else None,
+            per_gate=cfg.per_gate and (cfg.input > 0 or cfg.recurrent > 0),
+        )
+
+    def output_mask(self, y):
+        p = self.config.output
+        return bernoulli_mask((1, y.shape[1], y.shape[2]), p, y) if p > 0 else None
+
+
+def make_dropout(config: DropoutConfig) -> DropoutScheme:
+    """The one place that maps a scheme name to its implementation."""
+    classes = {
+        "none": DropoutScheme,
+        "zaremba": ZarembaDropout,
+        "moon": MoonDropout,
+        "variational": VariationalDropout,
+    }
+    return classes[config.scheme](config)

@@ -1,0 +1,73 @@
+"""Perplexity with weight scaling (deterministic) and with MC dropout (stochastic, averaged).
+
+Weight scaling runs the network with every mask equal to one; inverted dropout in training makes
+that the standard dropout approximation with no rescaling.
+
+MC dropout (Gal & Ghahramani sec. 5.1, "MC"): K stochastic forward passes with the training masks,
+recurrent ones included, and the predictive probability of each token averaged over them:
+
+    ppl_MC = exp( -1/N sum_t log( 1/K sum_k p(w_t | w_<t, masks_k) ) )
+
+Probabilities are averaged, not log-probabilities: averaging logs estimates something else (the
+geometric mean), which is never better by Jensen's inequality. The K passes are run side by side:
+the test stream is replicated as K columns of one batch, each column with its own masks and its
+own hidden state, so 1,000 samples cost one pass over the stream at batch 1,000.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from vdrnn.data.ptb import batchify, minibatches
+from vdrnn.model import LanguageModel
+
+
+def autocast(device: torch.device, amp: str):
+    """Autocast context for ``trainer.amp``: off, bf16 or fp16 products (pointwise math stays fp32)."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
+
+
+@torch.no_grad()
+def perplexity(model: LanguageModel, stream: torch.Tensor, batch_size: int, bptt: int,
+               amp: str = "off") -> float:
+    """Weight-scaling perplexity of ``stream`` read as ``batch_size`` parallel streams."""
+    device = next(model.parameters()).device
+    data = batchify(stream, batch_size).to(device)
+    state = model.initial_state(batch_size, device)
+    total = torch.zeros((), device=device, dtype=torch.float64)
+    count = 0
+    for inputs, targets in minibatches(data, bptt):
+        with autocast(device, amp):
+            logits, state = model(inputs, state, stochastic=False)
+        total += F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="sum").double()
+        count += targets.numel()
+    return math.exp(total.item() / count)
+
+
+@torch.no_grad()
+def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batch: int, bptt: int,
+                  word_dropout: bool = False, amp: str = "off") -> float:
+    """MC-dropout perplexity of one stream, ``samples`` passes run ``batch`` at a time."""
+    device = next(model.parameters()).device
+    stream = stream.to(device)
+    # prob_sum[t] = sum over samples of p(stream[t + 1] | stream[: t + 1]).
+    prob_sum = torch.zeros(stream.numel() - 1, device=device, dtype=torch.float64)
+    done = 0
+    while done < samples:
+        replicas = min(batch, samples - done)
+        data = stream.unsqueeze(1).expand(-1, replicas)  # every column is the whole stream
+        state = model.initial_state(replicas, device)
+        for start, (inputs, _) in zip(range(0, stream.numel() - 1, bptt), minibatches(data, bptt), strict=True):
+            targets = stream[start + 1 : start + 1 + inputs.shape[0]]
+            with autocast(device, amp):
+                logits, state = model(inputs, state, stochastic=True, word_dropout=word_dropout)
+            logits = logits.float()
+            target_logit = logits.gather(-1, targets.view(-1, 1, 1).expand(-1, replicas, 1)).squeeze(-1)
+            log_p = target_logit - torch.logsumexp(logits, dim=-1)  # [T, replicas]
+            prob_sum[start : start + inputs.shape[0]] += log_p.double().exp().sum(dim=1)
+        done += replicas
+    return math.exp(-(prob_sum / samples).log().mean().item())

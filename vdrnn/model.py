@@ -1,0 +1,96 @@
+"""The word-level language model: embedding -> stacked LSTM layers -> linear decoder.
+
+Dropout sites (see :mod:`vdrnn.dropout` for which scheme uses which):
+
+    tokens -> embedding -> [word-type mask] -> layer 1 (x-mask, h-mask, c-mask) -> ... -> layer L
+           -> [output mask] -> decoder -> logits
+
+Masks are drawn once per call of ``forward``, i.e. once per truncated-BPTT minibatch; the caller
+carries the hidden state from one call to the next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from vdrnn.dropout import DropoutScheme
+from vdrnn.errors import ConfigError
+from vdrnn.recurrent import GATES, LSTMLayer
+
+State = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    num_layers: int = 2
+    hidden_size: int = 650
+    init_range: float = 0.05
+    cell: str = "lstm"
+    gates: str = "tied"
+
+    def __post_init__(self) -> None:
+        if self.cell != "lstm":
+            raise ConfigError(f"cell={self.cell!r} is not available for language modelling yet; use `cell=lstm`")
+        if self.gates not in ("tied", "untied"):
+            raise ConfigError(f"cell.gates={self.gates!r}; choose `cell.gates=tied` or `cell.gates=untied`")
+        if self.num_layers < 1 or self.hidden_size < 1:
+            raise ConfigError("model.num_layers and model.hidden_size must be positive")
+        if not self.init_range > 0:
+            raise ConfigError(f"model.init_range={self.init_range} must be positive (uniform init in +-range)")
+
+
+class LanguageModel(nn.Module):
+    def __init__(self, vocab_size: int, config: ModelConfig, dropout: DropoutScheme):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.config = config
+        self.dropout = dropout
+        size = config.hidden_size
+        self.embedding = nn.Embedding(vocab_size, size)
+        self.layers = nn.ModuleList(LSTMLayer(size, size) for _ in range(config.num_layers))
+        self.decoder = nn.Linear(size, vocab_size)
+        # Zaremba and Gal initialise every parameter, biases included, uniformly in +-init_range.
+        for p in self.parameters():
+            nn.init.uniform_(p, -config.init_range, config.init_range)
+
+    def initial_state(self, batch_size: int, device: torch.device | str) -> State:
+        zeros = torch.zeros(batch_size, self.config.hidden_size, device=device)
+        return [(zeros, zeros) for _ in self.layers]
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        state: State,
+        stochastic: bool | None = None,
+        word_dropout: bool = True,
+    ) -> tuple[torch.Tensor, State]:
+        """tokens [T, B] -> logits [T, B, V] and the final state of every layer.
+
+        ``stochastic`` (default: ``self.training``) draws this minibatch's dropout masks; with it
+        off every mask is one (weight scaling). MC evaluation calls this with ``stochastic=True``
+        and, as in Gal's code, ``word_dropout=False``.
+        """
+        stochastic = self.training if stochastic is None else stochastic
+        x = self.embedding(tokens)
+        if stochastic and word_dropout:
+            word_mask = self.dropout.word_type_mask(tokens, self.vocab_size)
+            if word_mask is not None:
+                x = x * word_mask
+        new_state = []
+        for layer, layer_state in zip(self.layers, state, strict=True):
+            masks = self.dropout.layer_masks(x, layer.hidden_size, GATES) if stochastic else None
+            x, layer_state = layer(x, layer_state, masks)
+            new_state.append(layer_state)
+        if stochastic:
+            out_mask = self.dropout.output_mask(x)
+            if out_mask is not None:
+                x = x * out_mask.to(x.dtype)
+        return self.decoder(x), new_state
+
+
+def detach_state(state: State) -> State:
+    """Truncated BPTT: keep the values, cut the graph to the previous minibatch."""
+    return [(h.detach(), c.detach()) for h, c in state]

@@ -1,0 +1,67 @@
+"""What a run writes besides checkpoints: TensorBoard events, metrics.jsonl (per epoch), metrics.json (final).
+
+Each run's output dir is its own TensorBoard run, so ``tensorboard --logdir <sweep dir>`` lists one
+run per job. The hparams table is written into that run's own event file (``SummaryWriter.add_hparams``
+would create an extra run per call).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
+
+# Final metrics shown in TensorBoard's HParams tab (tag -> key in metrics.json); their values are
+# the scalars logged under the same tags.
+FINAL_METRICS = {"best/valid_ppl": "best_valid_ppl", "test/ppl": "test_ppl", "test/ppl_mc": "test_ppl_mc"}
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}, with values TensorBoard's hparams accept (None -> "null")."""
+    flat = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, name + "."))
+        elif isinstance(value, (bool, int, float, str)):
+            flat[name] = value
+        else:
+            flat[name] = "null" if value is None else str(value)
+    return flat
+
+
+class RunLogger:
+    def __init__(self, run_dir: Path, config: dict[str, Any], purge_step: int | None = None):
+        self.run_dir = Path(run_dir)
+        # purge_step drops events a crashed run wrote after its last checkpoint, so a resumed run's
+        # curves have no duplicate steps.
+        self.writer = SummaryWriter(log_dir=str(self.run_dir), purge_step=purge_step)
+        if purge_step is None:
+            hp = {k: v for k, v in flatten(config).items() if not k.startswith("hydra")}
+            for summary in hparams(hp, {name: 0.0 for name in FINAL_METRICS}):
+                self.writer.file_writer.add_summary(summary)
+
+    def scalars(self, values: dict[str, float], step: int) -> None:
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, step)
+
+    def epoch(self, record: dict[str, Any]) -> None:
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def final(self, metrics: dict[str, Any], step: int) -> None:
+        self.scalars({tag: metrics[key] for tag, key in FINAL_METRICS.items() if metrics.get(key) is not None}, step)
+        tmp = self.run_dir / ".metrics.json.tmp"
+        tmp.write_text(json.dumps(metrics, indent=2) + "\n")
+        tmp.replace(self.run_dir / "metrics.json")
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
