@@ -18,7 +18,7 @@ from torch import nn
 
 from vdrnn.dropout import DropoutScheme
 from vdrnn.errors import ConfigError
-from vdrnn.recurrent import GATES, LSTMLayer
+from vdrnn.recurrent import GATES, IMPLS, LSTMLayer
 
 State = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -30,12 +30,15 @@ class ModelConfig:
     init_range: float = 0.05
     cell: str = "lstm"
     gates: str = "tied"
+    impl: str = "auto"  # masked recurrences: auto (fast on CUDA, reference on CPU) | fast | reference
 
     def __post_init__(self) -> None:
         if self.cell != "lstm":
             raise ConfigError(f"cell={self.cell!r} is not available for language modelling yet; use `cell=lstm`")
         if self.gates not in ("tied", "untied"):
             raise ConfigError(f"cell.gates={self.gates!r}; choose `cell.gates=tied` or `cell.gates=untied`")
+        if self.impl not in IMPLS:
+            raise ConfigError(f"model.impl={self.impl!r}; choose one of {', '.join(IMPLS)}")
         if self.num_layers < 1 or self.hidden_size < 1:
             raise ConfigError("model.num_layers and model.hidden_size must be positive")
         if not self.init_range > 0:
@@ -50,7 +53,7 @@ class LanguageModel(nn.Module):
         self.dropout = dropout
         size = config.hidden_size
         self.embedding = nn.Embedding(vocab_size, size)
-        self.layers = nn.ModuleList(LSTMLayer(size, size) for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(LSTMLayer(size, size, config.impl) for _ in range(config.num_layers))
         self.decoder = nn.Linear(size, vocab_size)
         # Zaremba and Gal initialise every parameter, biases included, uniformly in +-init_range.
         for p in self.parameters():

@@ -1,5 +1,11 @@
 """One LSTM layer that can run any dropout scheme's masks.
 
+Three ways to run it, chosen by ``impl`` (``model.impl``):
+- the fused ``torch.nn.LSTM`` kernel (cuDNN on CUDA), whenever the recurrence carries no mask;
+- ``reference``: the step loop :func:`lstm_reference` below, for masked recurrences;
+- ``fast``: the fused Triton recurrence of :mod:`vdrnn.fused` for masked recurrences (CUDA);
+  ``auto`` picks it on CUDA and the reference on the CPU.
+
 The parameters are those of a one-layer ``torch.nn.LSTM`` (``weight_ih_l0`` [4H, D], ``weight_hh_l0``
 [4H, H], two biases; gate order i, f, g, o), so a layer whose recurrence carries no mask runs on the
 fused kernel (cuDNN on CUDA) and a layer whose recurrence is masked runs the step loop below on the
@@ -22,11 +28,15 @@ from vdrnn.dropout import LayerMasks
 GATES = 4  # i, f, g, o
 
 
+IMPLS = ("auto", "fast", "reference")
+
+
 class LSTMLayer(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int):
+    def __init__(self, input_size: int, hidden_size: int, impl: str = "auto"):
         super().__init__()
         self.input_size = input_size
         self.hidden_size = hidden_size
+        self.impl = impl
         # Holding an nn.LSTM (rather than bare Parameters) gives the fused kernel for free and
         # keeps checkpoints loadable into a stock nn.LSTM.
         self.lstm = nn.LSTM(input_size, hidden_size, num_layers=1)
@@ -40,6 +50,10 @@ class LSTMLayer(nn.Module):
         """x [T, B, D]; state (h, c), each [B, H]; returns (outputs [T, B, H], (h_T, c_T))."""
         masks = masks or LayerMasks()
         if masks.recurrent:
+            if self.impl == "fast" or (self.impl == "auto" and x.is_cuda):
+                from vdrnn.fused import lstm_fused
+
+                return lstm_fused(x, state, self.parameters_tuple(), masks)
             return lstm_reference(x, state, self.parameters_tuple(), masks)
         if masks.x is not None:  # fresh-per-step or fixed-over-time input mask, same for all gates
             x = x * masks.x.to(x.dtype)
@@ -70,6 +84,14 @@ def input_projection(x: torch.Tensor, w_ih: torch.Tensor, b_ih: torch.Tensor, ma
     return proj.reshape(steps, batch, -1) + b_ih
 
 
+def masked_input_projection(x: torch.Tensor, w_ih: torch.Tensor, b_ih: torch.Tensor,
+                            masks: LayerMasks) -> torch.Tensor:
+    """The input half of every gate for all time steps, with the layer's x-mask, whatever its shape."""
+    if masks.x is not None and masks.x.dim() == 3 and not masks.per_gate:
+        return F.linear(x * masks.x.to(x.dtype), w_ih, b_ih)  # fresh-per-step mask [T, B, D]
+    return input_projection(x, w_ih, b_ih, masks.x, masks.per_gate)
+
+
 def recurrent_projection(h: torch.Tensor, w_hh: torch.Tensor, b_hh: torch.Tensor, mask: torch.Tensor | None,
                          per_gate: bool) -> torch.Tensor:
     """W_h (h_{t-1} * z_h) + b: [B, 4H]."""
@@ -94,12 +116,7 @@ def lstm_reference(
     cell state are kept in fp32 (their sums over long sequences are where low precision hurts).
     """
     w_ih, w_hh, b_ih, b_hh = params
-    if masks.x is not None and masks.x.dim() == 3 and not masks.per_gate:
-        x = x * masks.x.to(x.dtype)  # fresh-per-step mask [T, B, D]
-        x_mask = None
-    else:
-        x_mask = masks.x
-    x_proj = input_projection(x, w_ih, b_ih, x_mask, masks.per_gate)
+    x_proj = masked_input_projection(x, w_ih, b_ih, masks)
     h, c = state
     h, c = h.float(), c.float()
     h_per_gate = masks.per_gate and masks.h is not None and masks.h.dim() == 3
