@@ -45,7 +45,8 @@ def perplexity(model: LanguageModel, stream: torch.Tensor, batch_size: int, bptt
             logits, state = model(inputs, state, stochastic=False)
         total += F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="sum").double()
         count += targets.numel()
-    return math.exp(total.item() / count)
+    mean_nll = total.item() / count
+    return math.exp(mean_nll) if mean_nll < 700 else math.inf
 
 
 @torch.no_grad()

@@ -36,6 +36,11 @@ from vdrnn.tracking import RunLogger, read_jsonl
 log = logging.getLogger("vdrnn")
 
 
+def exp_or_inf(loss: float) -> float:
+    """Perplexity from a mean NLL, saturating at inf instead of raising OverflowError."""
+    return math.exp(loss) if loss < 700 else math.inf
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         if torch.cuda.is_available():
@@ -169,16 +174,12 @@ class Trainer:
                 # The one host sync of the window: reading the loss also catches NaN early.
                 mean_loss = loss_sum.item() / tokens
                 if not math.isfinite(mean_loss):
-                    raise TrainingDiverged(
-                        f"training loss is {mean_loss} at epoch {self.epoch + 1}, step {self.step}; the run stopped "
-                        f"without overwriting its checkpoints ({self.run_dir / checkpoint.LAST} is the last good one). "
-                        f"Lower trainer.lr, lower trainer.clip, or use trainer.amp=off"
-                    )
+                    raise self._diverged(f"training loss is {mean_loss} at step {self.step}")
                 seconds = time.perf_counter() - window_start
                 wps = tokens / seconds
-                logger.scalars({"train/loss": mean_loss, "train/ppl": math.exp(mean_loss), "train/lr": lr,
+                logger.scalars({"train/loss": mean_loss, "train/ppl": exp_or_inf(mean_loss), "train/lr": lr,
                                 "train/grad_norm": float(grad_norm), "train/wps": wps}, self.step)
-                bar.set_postfix(loss=f"{mean_loss:.3f}", ppl=f"{math.exp(mean_loss):.1f}", wps=f"{wps:,.0f}",
+                bar.set_postfix(loss=f"{mean_loss:.3f}", ppl=f"{exp_or_inf(mean_loss):.1f}", wps=f"{wps:,.0f}",
                                 lr=f"{lr:.4g}")
                 epoch_loss += mean_loss * tokens
                 epoch_tokens += tokens
@@ -189,7 +190,7 @@ class Trainer:
                 break
         seconds = time.perf_counter() - epoch_start
         self.train_seconds += seconds
-        return {"train_loss": epoch_loss / epoch_tokens, "train_ppl": math.exp(epoch_loss / epoch_tokens),
+        return {"train_loss": epoch_loss / epoch_tokens, "train_ppl": exp_or_inf(epoch_loss / epoch_tokens),
                 "wps": epoch_tokens / seconds, "epoch_seconds": seconds}
 
     def validate(self) -> float:
@@ -219,8 +220,7 @@ class Trainer:
                     stats = self.train_epoch(data, lr, logger, bar)
                 valid_ppl = self.validate()
                 if not math.isfinite(valid_ppl):
-                    raise TrainingDiverged(f"validation perplexity is {valid_ppl} after epoch {epoch}; "
-                                           f"checkpoints were left as they were. Lower trainer.lr")
+                    raise self._diverged(f"validation perplexity is {valid_ppl}")
                 self.epoch = epoch
                 improved = valid_ppl < self.best_valid
                 self.best_valid = min(self.best_valid, valid_ppl)
@@ -238,6 +238,13 @@ class Trainer:
         finally:
             logger.close()
         return metrics
+
+    def _diverged(self, what: str) -> TrainingDiverged:
+        return TrainingDiverged(
+            f"training diverged in epoch {self.epoch + 1}: {what}. The run stopped without overwriting its "
+            f"checkpoints ({self.run_dir / checkpoint.LAST} is the last good one). Lower trainer.lr or "
+            f"trainer.clip, or use trainer.amp=off"
+        )
 
     def _step_cap_reached(self) -> bool:
         return self.cfg.trainer.max_steps is not None and self.step >= self.cfg.trainer.max_steps

@@ -1,0 +1,33 @@
+# vdrnn: the everyday commands. `make help` lists them.
+PYTHON ?= python3
+ARGS ?=
+
+.PHONY: help install test test-unit lint train sweep tensorboard bench
+
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+install: ## install vdrnn and its dev tools (CPU torch first, so pip does not pull a CUDA build)
+	$(PYTHON) -m pip install torch==2.13.0
+	$(PYTHON) -m pip install -e '.[dev]'
+
+test: ## run the whole test suite (real PTB from VDRNN_DATA_DIR or ../shared/data)
+	$(PYTHON) -m pytest -q
+
+test-unit: ## only the fast unit tests (no subprocess training runs)
+	$(PYTHON) -m pytest -q -m "not slow"
+
+lint: ## static checks
+	$(PYTHON) -m ruff check vdrnn tests scripts
+
+train: ## train one model: make train ARGS="dropout=zaremba seed=2"
+	vdrnn train $(ARGS)
+
+sweep: ## the five PTB schemes x 3 seeds, medium model: make sweep ARGS="trainer.epochs=10"
+	vdrnn train -m dropout=none,zaremba,moon,variational,variational_untied seed=1,2,3 $(ARGS)
+
+tensorboard: ## compare runs: make tensorboard LOGDIR=multirun/2026-11-26
+	tensorboard --logdir $(or $(LOGDIR),.)
+
+bench: ## time a training step against cuDNN (needs CUDA)
+	$(PYTHON) scripts/bench.py $(ARGS)

@@ -1,0 +1,70 @@
+"""Shared fixtures: the real PTB (../shared/data/ptb, as CI has it) and a tiny synthetic corpus."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_PTB = REPO.parent / "shared" / "data" / "ptb"
+
+
+def real_ptb_dir() -> Path | None:
+    for candidate in (os.environ.get("VDRNN_DATA_DIR"), str(REPO.parent / "shared" / "data")):
+        if candidate and (Path(candidate) / "ptb" / "ptb.train.txt").is_file():
+            return Path(candidate) / "ptb"
+    return None
+
+
+@pytest.fixture(scope="session")
+def ptb_dir() -> Path:
+    folder = real_ptb_dir()
+    if folder is None:
+        pytest.skip("real PTB not found (set VDRNN_DATA_DIR or put it in ../shared/data/ptb)")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> Path:
+    """A 40-word-type corpus in PTB's file layout: epochs take a fraction of a second."""
+    folder = tmp_path_factory.mktemp("tiny_ptb")
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(40)]
+
+    def lines(n):
+        # Some structure to learn: each line counts up from a random start.
+        out = []
+        for _ in range(n):
+            start, length = rng.randrange(40), rng.randrange(3, 12)
+            out.append(" " + " ".join(words[(start + k) % 40] for k in range(length)) + " ")
+        return "\n".join(out) + "\n"
+
+    (folder / "ptb.train.txt").write_text(lines(400))
+    (folder / "ptb.valid.txt").write_text(lines(40))
+    (folder / "ptb.test.txt").write_text(lines(40))
+    return folder
+
+
+def run_cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    """Run the installed `vdrnn` console script in a subprocess, as a user would."""
+    exe = shutil.which("vdrnn")
+    command = [exe] if exe else [sys.executable, "-m", "vdrnn.cli"]
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    result = subprocess.run([*command, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"vdrnn {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+# Overrides that make a run take seconds on the CPU: a small model on the tiny corpus.
+TINY = [
+    "model=small", "model.hidden_size=16", "model.impl=reference", "data.batch_size=4", "data.bptt=6",
+    "data.eval_batch_size=4", "data.test_batch_size=1", "data.allow_custom_corpus=true",
+    "trainer.progress=false", "trainer.log_every=5", "trainer.epochs=2",
+]

@@ -1,0 +1,112 @@
+"""The real `vdrnn` command in a subprocess: training on real PTB, TensorBoard, sweeps, eval, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import TINY, run_cli
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+pytestmark = pytest.mark.slow
+
+TRAIN_TAGS = {"train/loss", "train/ppl", "train/lr", "train/grad_norm", "train/wps"}
+FINAL_TAGS = {"valid/ppl", "best/valid_ppl", "test/ppl", "test/ppl_mc"}
+
+
+@pytest.fixture(scope="module")
+def ptb_run(tmp_path_factory, ptb_dir):
+    """A few steps of the small variational model on the real PTB, with MC test, from a foreign cwd."""
+    cwd = tmp_path_factory.mktemp("cwd")
+    result = run_cli("train", "dataset=ptb", "dropout=variational", "model=small", "model.hidden_size=32",
+                     f"data.root={ptb_dir}", "trainer.max_steps=12", "trainer.log_every=4", "data.eval_max_tokens=1500",
+                     "eval=mc", "eval.samples=3", "device=auto", "hydra.run.dir=run", cwd=cwd)
+    return cwd / "run", result
+
+
+def test_train_writes_metrics_checkpoints_and_logs(ptb_run):
+    run, result = ptb_run
+    assert "CUDA is not available: running on the CPU" in result.stderr + result.stdout
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["steps"] == 12 and metrics["smoke"] is True and metrics["mc_samples"] == 3
+    # A few SGD steps from uniform init already beat the uniform 10k-way guess.
+    assert 100 < metrics["test_ppl"] < 10_000 and 100 < metrics["test_ppl_mc"] < 10_000
+    epochs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(epochs) == 1 and epochs[0]["valid_ppl"] == pytest.approx(metrics["best_valid_ppl"])
+    for name in ("last.pt", "best.pt"):
+        payload = torch.load(run / name, weights_only=True)
+        assert payload["epoch"] == 1 and payload["config"]["dropout"]["scheme"] == "variational"
+    assert "test ppl" in (run / "vdrnn.log").read_text()
+
+
+def test_tensorboard_events_read_back_with_hparams_in_the_same_file(ptb_run):
+    run, _ = ptb_run
+    events = list(run.glob("events.out.tfevents.*"))
+    assert len(events) == 1  # one run per job: hparams did not create a second one
+    acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert TRAIN_TAGS | FINAL_TAGS <= tags
+    assert [e.step for e in acc.Scalars("train/loss")] == [4, 8, 12]
+    test_ppl = json.loads((run / "metrics.json").read_text())["test_ppl"]
+    assert acc.Scalars("test/ppl")[-1].value == pytest.approx(test_ppl, rel=1e-5)
+    assert "hparams" in acc.PluginTagToContent("hparams") or acc.PluginTagToContent("hparams")
+    content = b"".join(acc.PluginTagToContent("hparams").values())
+    assert b"dropout.recurrent" in content and b"test/ppl_mc" in content
+
+
+def test_eval_command_reproduces_the_weight_scaling_numbers(ptb_run, ptb_dir):
+    run, _ = ptb_run
+    result = run_cli("eval", f"checkpoint={run / 'best.pt'}", f"data.root={ptb_dir}", "data.eval_max_tokens=1500",
+                     "hydra.run.dir=eval", cwd=run.parent)
+    evaluated = json.loads((run.parent / "eval" / "eval.json").read_text())
+    trained = json.loads((run / "metrics.json").read_text())
+    assert evaluated["test_ppl"] == pytest.approx(trained["test_ppl"], rel=1e-6)
+    assert "test_ppl_mc" not in evaluated and '"valid_ppl"' in result.stdout
+
+
+def test_multirun_sweep_makes_one_named_run_per_job(tmp_path, tiny_corpus):
+    run_cli("train", "-m", *TINY, f"data.root={tiny_corpus}", "trainer.epochs=1", "dropout=none,zaremba",
+            "seed=7", "hydra.sweep.dir=sweep", cwd=tmp_path)
+    jobs = sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir())
+    assert len(jobs) == 2 and jobs[0].startswith("0_") and jobs[1].startswith("1_")
+    assert "dropout=none" in jobs[0] and "dropout=zaremba" in jobs[1] and all("seed=7" in j for j in jobs)
+    assert not any("data.root" in j or "progress" in j for j in jobs)  # paths and cosmetics stay out
+    for job in jobs:
+        assert json.loads((tmp_path / "sweep" / job / "metrics.json").read_text())["epochs"] == 1
+        assert list((tmp_path / "sweep" / job).glob("events.out.tfevents.*"))
+
+
+def test_help_lists_every_group(tmp_path):
+    out = run_cli("train", "--help", cwd=tmp_path).stdout
+    for group in ("dataset: ptb", "dropout: moon, moon_emb, none, variational, variational_untied, zaremba",
+                  "eval: mc, scale", "model: large, medium, small", "cell: lstm", "experiment: large_moon"):
+        assert group in out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["dropout=gal"], "Could not find 'dropout/gal'"),
+    (["trainer.epochs_total=3"], "Key 'epochs_total' is not in struct"),
+    (["dropout.input=1.2"], r"dropout.input=1.2 is not a probability in [0, 1)"),
+    (["data.root=/nonexistent"], "/nonexistent lacks ptb.train.txt"),
+])
+def test_bad_input_gets_a_clear_error(tmp_path, args, message):
+    result = run_cli("train", *args, "trainer.progress=false", cwd=tmp_path, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr + result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_unreadable_checkpoint_is_refused_and_kept(tmp_path, tiny_corpus):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "last.pt").write_bytes(b"not a checkpoint")
+    result = run_cli("train", *TINY, f"data.root={tiny_corpus}", "hydra.run.dir=run", cwd=tmp_path, check=False)
+    assert result.returncode == 2 and "last.pt is unreadable" in result.stderr
+    assert (run / "last.pt").read_bytes() == b"not a checkpoint"  # nothing was overwritten
+
+
+def test_unknown_command_is_refused(tmp_path):
+    result = run_cli("fit", cwd=tmp_path, check=False)
+    assert result.returncode == 2 and "unknown command 'fit'" in result.stderr

@@ -1,0 +1,89 @@
+"""Every config group option and every experiment preset composes and validates."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from vdrnn.config import from_dict, to_container
+from vdrnn.errors import ConfigError
+
+CONF = resources.files("vdrnn.conf")
+GROUPS = {g: sorted(p.name[:-5] for p in CONF.joinpath(g).iterdir() if p.name.endswith(".yaml"))
+          for g in ("dataset", "model", "cell", "dropout", "eval", "experiment")}
+
+
+def composed(*overrides: str):
+    with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def test_groups_have_the_options_the_paper_needs():
+    assert set(GROUPS["dropout"]) >= {"none", "zaremba", "moon", "moon_emb", "variational", "variational_untied"}
+    assert set(GROUPS["model"]) == {"small", "medium", "large"}
+    assert set(GROUPS["eval"]) == {"scale", "mc"}
+    rows = {"none", "moon", "moon_emb", "zaremba", "variational", "variational_untied"}
+    assert set(GROUPS["experiment"]) == {f"{size}_{row}" for size in ("medium", "large") for row in rows}
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g, opts in GROUPS.items() for o in opts])
+def test_every_option_composes_and_validates(group, option):
+    cfg = from_dict(to_container(composed(f"{group}={option}")))
+    assert cfg.data.name == "ptb"
+
+
+def test_defaults_are_the_medium_variational_model():
+    cfg = from_dict(to_container(composed()))
+    assert (cfg.model.num_layers, cfg.model.hidden_size, cfg.dropout.scheme) == (2, 650, "variational")
+    assert (cfg.data.batch_size, cfg.data.bptt, cfg.trainer.lr) == (20, 35, 1.0)
+
+
+def test_untied_preset_sets_per_gate_masks():
+    cfg = from_dict(to_container(composed("dropout=variational_untied")))
+    assert cfg.model.gates == "untied" and cfg.dropout.per_gate and cfg.dropout.scheme == "variational"
+
+
+@pytest.mark.parametrize("preset", GROUPS["experiment"])
+def test_presets_carry_paper_numbers_and_a_run_command(preset):
+    cfg = composed(f"experiment={preset}")
+    size, row = preset.split("_", 1)
+    assert cfg.paper.size == size and cfg.paper.test > 0 and cfg.model.hidden_size == {"medium": 650, "large": 1500}[size]
+    header = CONF.joinpath("experiment", f"{preset}.yaml").read_text()
+    assert f"vdrnn train experiment={preset}" in header and f"test {cfg.paper.test}" in header
+    if row.startswith("variational"):
+        assert cfg.eval.mode == "mc" and cfg.paper.test_mc is not None
+
+
+def test_large_presets_use_gal_and_zaremba_settings():
+    gal = from_dict(to_container(composed("experiment=large_variational")))
+    assert (gal.dropout.embedding, gal.dropout.input, gal.dropout.recurrent, gal.dropout.output) == (0.3, 0.5, 0.3, 0.5)
+    assert (gal.trainer.epochs, gal.trainer.lr_decay, gal.trainer.lr_decay_start, gal.trainer.clip) == (55, 1.15, 10, 10.0)
+    assert (gal.trainer.weight_decay, gal.trainer.weight_decay_mode, gal.model.init_range) == (1e-7, "gal", 0.04)
+    zaremba = from_dict(to_container(composed("experiment=large_zaremba")))
+    assert zaremba.dropout.input == zaremba.dropout.output == 0.65 and zaremba.trainer.lr_decay_start == 14
+
+
+def test_lr_schedule_matches_zaremba_medium():
+    trainer = from_dict(to_container(composed("model=medium"))).trainer
+    assert [trainer.lr_at(e) for e in (1, 6)] == [1.0, 1.0]
+    assert trainer.lr_at(7) == pytest.approx(1 / 1.2) and trainer.lr_at(39) == pytest.approx(1.2 ** -33)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("dropout.recurrent=1.0", r"dropout.recurrent=1.0 is not a probability in \[0, 1\)"),
+    ("trainer.amp=fp8", "trainer.amp='fp8'; choose one of off, bf16, fp16"),
+    ("model.impl=cuda", "model.impl='cuda'; choose one of auto, fast, reference"),
+    ("cell.gates=half", "cell.gates='half'"),
+    ("eval.mode=bayes", "eval.mode='bayes'"),
+])
+def test_bad_values_are_refused_with_the_fix(override, message):
+    with pytest.raises(ConfigError, match=message):
+        from_dict(to_container(composed(override)))
+
+
+def test_config_round_trips_through_a_plain_dict():
+    raw = to_container(composed("experiment=medium_zaremba", "seed=3"))
+    assert from_dict(OmegaConf.to_container(OmegaConf.create(raw))) == from_dict(raw)

@@ -1,0 +1,75 @@
+"""PTB loading: the real corpus's statistics, batching, and refusing what is not PTB."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vdrnn.data import ptb
+from vdrnn.errors import DataError
+
+
+def test_real_ptb_statistics(ptb_dir):
+    corpus = ptb.load(str(ptb_dir))
+    assert len(corpus.vocab) == 10_000 and "<eos>" in corpus.vocab and "<unk>" in corpus.vocab
+    assert (corpus.train.numel(), corpus.valid.numel(), corpus.test.numel()) == (929_589, 73_760, 82_430)
+    eos = corpus.vocab.index("<eos>")
+    assert (corpus.train == eos).sum().item() == 42_068  # one <eos> per line
+    assert (corpus.valid == eos).sum().item() == 3_370 and (corpus.test == eos).sum().item() == 3_761
+    # Vocabulary in order of first appearance in train (Zaremba's loader): the file starts "aer banknote".
+    assert corpus.vocab[:2] == ["aer", "banknote"]
+    assert corpus.train.max().item() == 9_999 and corpus.test.max().item() <= 9_999
+
+
+def test_data_dir_from_environment(ptb_dir, monkeypatch):
+    monkeypatch.setenv("VDRNN_DATA_DIR", str(ptb_dir.parent))
+    assert ptb.resolve_dir(None) == ptb_dir
+
+
+def test_truncated_corpus_is_refused_with_the_fix(tmp_path, ptb_dir):
+    for split in ptb.SPLITS:
+        lines = (ptb_dir / f"ptb.{split}.txt").read_text().splitlines(keepends=True)
+        (tmp_path / f"ptb.{split}.txt").write_text("".join(lines[: len(lines) // 2]))
+    with pytest.raises(DataError, match=r"not Mikolov's Penn Treebank: .*train has .* tokens \(expected 929,589\)"
+                                         r".*data.allow_custom_corpus=true"):
+        ptb.load(str(tmp_path))
+    corpus = ptb.load(str(tmp_path), allow_custom_corpus=True)  # the explicit override
+    assert corpus.train.numel() < 929_589
+
+
+def test_custom_corpus_maps_unseen_words_to_unk(tmp_path):
+    (tmp_path / "ptb.train.txt").write_text(" a b c \n b c \n")
+    (tmp_path / "ptb.valid.txt").write_text(" a z \n")
+    (tmp_path / "ptb.test.txt").write_text(" c \n")
+    with pytest.raises(DataError, match="missing from train"):
+        ptb.load(str(tmp_path))
+    corpus = ptb.load(str(tmp_path), allow_custom_corpus=True)
+    assert corpus.vocab == ["a", "b", "c", "<eos>", "<unk>"]
+    assert corpus.valid.tolist() == [0, 4, 3]
+
+
+def test_missing_files_name_the_folder_and_the_files(tmp_path):
+    with pytest.raises(DataError, match=r"lacks ptb.train.txt, ptb.valid.txt, ptb.test.txt"):
+        ptb.load(str(tmp_path))
+
+
+def test_offline_without_data_says_where_to_put_the_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("VDRNN_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(ptb, "DOWNLOAD_URL", "http://127.0.0.1:9/ptb.{split}.txt")  # nothing listens there
+    with pytest.raises(DataError, match=r"Put ptb.train.txt, ptb.valid.txt, ptb.test.txt in \$VDRNN_DATA_DIR/ptb"):
+        ptb.resolve_dir(None)
+
+
+def test_batchify_streams_are_contiguous_columns():
+    data = ptb.batchify(torch.arange(11), 3)
+    assert data.tolist() == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]  # 11 mod 3 = 2 tokens dropped
+
+
+def test_minibatches_shift_targets_by_one_and_cover_the_stream():
+    data = ptb.batchify(torch.arange(20), 2)  # columns 0..9 and 10..19
+    batches = list(ptb.minibatches(data, 4))
+    assert [x.shape[0] for x, _ in batches] == [4, 4, 1]
+    for x, y in batches:
+        assert torch.equal(y, x + 1)
+    assert torch.cat([y for _, y in batches])[:, 0].tolist() == list(range(1, 10))

@@ -1,0 +1,189 @@
+"""Mask semantics of every scheme: which tensor, shape, per sample, over time, per gate, scaling, modes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vdrnn.dropout import DropoutConfig, LayerMasks, bernoulli_mask, make_dropout
+from vdrnn.errors import ConfigError
+from vdrnn.model import LanguageModel, ModelConfig
+from vdrnn.recurrent import GATES, LSTMLayer, input_projection
+
+T, B, D, H, V = 7, 6, 5, 9, 13
+
+
+def scheme(name, **p):
+    return make_dropout(DropoutConfig(scheme=name, **p))
+
+
+def x_input():
+    return torch.randn(T, B, D)
+
+
+def test_bernoulli_mask_is_inverted_dropout():
+    torch.manual_seed(0)
+    mask = bernoulli_mask((400, 500), 0.3, torch.empty(0))
+    values = mask.unique()
+    assert values.numel() == 2 and values[0] == 0 and values[1].item() == pytest.approx(1 / 0.7)
+    assert (mask == 0).float().mean().item() == pytest.approx(0.3, abs=0.01)
+    assert mask.mean().item() == pytest.approx(1.0, abs=0.01)  # expectation preserved
+
+
+# ---------------------------------------------------------------------------- Zaremba
+def test_zaremba_masks_are_fresh_per_step_and_sample_and_never_touch_h():
+    torch.manual_seed(0)
+    masks = scheme("zaremba", input=0.5, output=0.5).layer_masks(x_input(), H, GATES)
+    assert masks.h is None and masks.c is None and not masks.recurrent
+    assert masks.x.shape == (T, B, D)
+    assert not torch.equal(masks.x[0], masks.x[1])  # differs over time
+    assert not torch.equal(masks.x[:, 0], masks.x[:, 1])  # differs over samples
+    out = scheme("zaremba", output=0.5).output_mask(torch.randn(T, B, H))
+    assert out.shape == (T, B, H) and not torch.equal(out[0], out[1])
+
+
+# ---------------------------------------------------------------------------- Moon
+def test_moon_drops_cell_units_fixed_over_time_per_sample():
+    torch.manual_seed(0)
+    masks = scheme("moon", cell=0.5).layer_masks(x_input(), H, GATES)
+    assert masks.c.shape == (B, H) and masks.h is None and masks.x is None and masks.recurrent
+    assert set(masks.c.unique().tolist()) <= {0.0, 1.0}
+    assert masks.c_scale == pytest.approx(2.0)
+    assert not torch.equal(masks.c[0], masks.c[1])
+    # In the layer: a dropped unit has c_t = h_t = 0 at every step; kept units are scaled by 1/(1-p).
+    layer = LSTMLayer(D, H, impl="reference")
+    state = (torch.randn(B, H), torch.randn(B, H))
+    y, (h, c) = layer(x_input(), state, masks)
+    dropped = masks.c == 0
+    assert torch.all(y[:, dropped] == 0) and torch.all(c[dropped] == 0)
+    assert torch.all(c[~dropped] != 0)
+
+
+# ---------------------------------------------------------------------------- Gal, tied and untied
+def test_variational_tied_masks_fixed_over_time_per_sample_shared_by_gates():
+    torch.manual_seed(0)
+    masks = scheme("variational", input=0.5, recurrent=0.3).layer_masks(x_input(), H, GATES)
+    assert masks.x.shape == (B, D) and masks.h.shape == (B, H) and not masks.per_gate
+    assert not torch.equal(masks.x[0], masks.x[1]) and not torch.equal(masks.h[0], masks.h[1])
+    # Fixed over time: with an input that is the same at every step, the masked projection is too.
+    x = torch.randn(1, B, D).expand(T, B, D)
+    w, b = torch.randn(GATES * H, D), torch.randn(GATES * H)
+    proj = input_projection(x, w, b, masks.x, per_gate=False)
+    assert torch.allclose(proj[0], proj[-1])
+    # Shared by gates: a zeroed input feature contributes to no gate at all.
+    sample, feature = (masks.x == 0).nonzero()[0].tolist()
+    w_probe = torch.zeros(GATES * H, D)
+    w_probe[:, feature] = 1.0
+    assert torch.all(input_projection(x, w_probe, torch.zeros(GATES * H), masks.x, False)[:, sample] == 0)
+
+
+def test_variational_untied_masks_differ_per_gate():
+    torch.manual_seed(0)
+    masks = scheme("variational", input=0.5, recurrent=0.5, per_gate=True).layer_masks(x_input(), H, GATES)
+    assert masks.per_gate and masks.x.shape == (B, GATES, D) and masks.h.shape == (B, GATES, H)
+    assert not torch.equal(masks.x[:, 0], masks.x[:, 1]) and not torch.equal(masks.h[:, 2], masks.h[:, 3])
+    # Gate k of the projection sees x * z_x^k: compare with a per-gate loop.
+    x = torch.randn(T, B, D)
+    w, b = torch.randn(GATES * H, D), torch.randn(GATES * H)
+    proj = input_projection(x, w, b, masks.x, per_gate=True)
+    for k in range(GATES):
+        expected = (x * masks.x[:, k]) @ w[k * H : (k + 1) * H].t() + b[k * H : (k + 1) * H]
+        assert torch.allclose(proj[..., k * H : (k + 1) * H], expected, atol=1e-5)
+
+
+def test_untied_with_equal_gate_masks_equals_tied():
+    torch.manual_seed(0)
+    layer = LSTMLayer(D, H, impl="reference")
+    x, state = x_input(), (torch.randn(B, H), torch.randn(B, H))
+    zx, zh = bernoulli_mask((B, D), 0.4, x), bernoulli_mask((B, H), 0.4, x)
+    tied = layer(x, state, LayerMasks(x=zx, h=zh))[0]
+    untied = layer(x, state, LayerMasks(x=zx.unsqueeze(1).expand(B, GATES, D),
+                                        h=zh.unsqueeze(1).expand(B, GATES, H), per_gate=True))[0]
+    assert torch.allclose(tied, untied, atol=1e-5)
+
+
+def test_word_type_dropout_drops_every_occurrence_of_a_word_in_a_sequence():
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 4, (50, B))  # 4 word types: every type repeats many times per column
+    mask = scheme("variational", embedding=0.5).word_type_mask(tokens, V)
+    assert mask.shape == (50, B, 1)
+    for b in range(B):
+        for word in tokens[:, b].unique():
+            assert mask[tokens[:, b] == word, b].unique().numel() == 1  # all occurrences share one draw
+    # Different sequences draw independently: some word is kept in one column and dropped in another.
+    per_column = torch.stack([torch.stack([mask[tokens[:, b] == w, b][0, 0] for w in range(4)]) for b in range(B)])
+    assert (per_column == 0).any() and (per_column != 0).any()
+    assert not all(torch.equal(per_column[0], per_column[b]) for b in range(1, B))
+
+
+def test_expectation_preserved_for_every_site():
+    torch.manual_seed(0)
+    big = torch.randn(2, 20000, 4)
+    s = scheme("variational", embedding=0.3, input=0.4, recurrent=0.2, output=0.5)
+    m = s.layer_masks(big, 4, GATES)
+    for mask in (m.x, m.h, s.output_mask(big)):
+        assert mask.mean().item() == pytest.approx(1.0, abs=0.02)
+    tokens = torch.randint(0, 100, (3, 20000))
+    assert s.word_type_mask(tokens, 100).mean().item() == pytest.approx(1.0, abs=0.03)
+
+
+# ---------------------------------------------------------------------------- modes
+def lm(name="variational", **p):
+    torch.manual_seed(0)
+    cfg = ModelConfig(num_layers=2, hidden_size=H, impl="reference")
+    return LanguageModel(V, cfg, scheme(name, **p))
+
+
+@pytest.mark.parametrize("name,p", [
+    ("zaremba", {"input": 0.5, "output": 0.5}),
+    ("moon", {"cell": 0.5, "embedding": 0.3}),
+    ("variational", {"embedding": 0.3, "input": 0.5, "recurrent": 0.3, "output": 0.5}),
+    ("variational", {"input": 0.5, "recurrent": 0.3, "per_gate": True}),
+])
+def test_eval_is_deterministic_and_training_and_mc_are_stochastic(name, p):
+    model = lm(name, **p)
+    tokens = torch.randint(0, V, (T, B))
+    state = model.initial_state(B, "cpu")
+    model.eval()
+    a, _ = model(tokens, state)
+    b, _ = model(tokens, state)
+    assert torch.equal(a, b)
+    mc1, _ = model(tokens, state, stochastic=True)
+    mc2, _ = model(tokens, state, stochastic=True)
+    assert not torch.allclose(mc1, mc2)  # MC draws new masks each pass
+    model.train()
+    t1, _ = model(tokens, state)
+    t2, _ = model(tokens, state)
+    assert not torch.allclose(t1, t2)  # masks are redrawn for every minibatch
+
+
+def test_none_scheme_is_deterministic_in_training():
+    model = lm("none")
+    tokens = torch.randint(0, V, (T, B))
+    state = model.initial_state(B, "cpu")
+    assert torch.equal(model(tokens, state)[0], model(tokens, state)[0])
+
+
+def test_mc_can_turn_word_dropout_off():
+    model = lm("variational", embedding=0.99 - 1e-9)
+    tokens = torch.randint(0, V, (T, B))
+    state = model.initial_state(B, "cpu")
+    with_wd, _ = model(tokens, state, stochastic=True, word_dropout=True)
+    without, _ = model(tokens, state, stochastic=False)
+    off, _ = model(tokens, state, stochastic=True, word_dropout=False)
+    # Only word dropout is on, so turning it off in a stochastic pass gives the deterministic output.
+    assert torch.equal(off, without) and not torch.allclose(with_wd, without)
+
+
+# ---------------------------------------------------------------------------- validation
+@pytest.mark.parametrize("site,p", [("input", 1.0), ("recurrent", -0.1), ("embedding", 1.5)])
+def test_probability_outside_unit_interval_is_refused(site, p):
+    with pytest.raises(ConfigError, match=rf"dropout.{site}=.* not a probability in \[0, 1\)"):
+        DropoutConfig(scheme="variational", **{site: p})
+
+
+def test_site_not_used_by_scheme_is_refused():
+    with pytest.raises(ConfigError, match="dropout.recurrent=0.3 is not used by scheme 'zaremba'"):
+        DropoutConfig(scheme="zaremba", recurrent=0.3)
+    with pytest.raises(ConfigError, match="unknown dropout scheme 'gal'"):
+        DropoutConfig(scheme="gal")

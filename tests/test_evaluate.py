@@ -1,0 +1,77 @@
+"""Weight-scaling and MC-dropout perplexity."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from vdrnn.dropout import DropoutConfig, make_dropout
+from vdrnn.evaluate import mc_perplexity, perplexity
+from vdrnn.model import LanguageModel, ModelConfig
+
+V = 12
+
+
+def model_with(scheme: str, **p) -> LanguageModel:
+    torch.manual_seed(0)
+    return LanguageModel(V, ModelConfig(num_layers=2, hidden_size=10, impl="reference"),
+                         make_dropout(DropoutConfig(scheme=scheme, **p))).eval()
+
+
+def test_perplexity_matches_a_direct_computation():
+    model = model_with("none")
+    stream = torch.randint(0, V, (50,))
+    logits, _ = model(stream[:-1, None], model.initial_state(1, "cpu"))
+    nll = torch.nn.functional.cross_entropy(logits[:, 0], stream[1:])
+    assert abs(perplexity(model, stream, batch_size=1, bptt=7) - math.exp(nll.item())) < 1e-4
+
+
+def test_mc_without_dropout_equals_weight_scaling():
+    model = model_with("none")
+    stream = torch.randint(0, V, (60,))
+    assert abs(mc_perplexity(model, stream, samples=3, batch=2, bptt=8) - perplexity(model, stream, 1, 8)) < 1e-6
+
+
+class FixedSamples(torch.nn.Module):
+    """Stands in for a stochastic model: replica r predicts with probabilities PROBS[r] at every step."""
+
+    PROBS = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8], [0.3, 0.4, 0.3]])
+
+    def __init__(self):
+        super().__init__()
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+
+    def initial_state(self, batch, device):
+        return None
+
+    def forward(self, tokens, state, stochastic=None, word_dropout=True):
+        steps, replicas = tokens.shape
+        return self.PROBS[:replicas].log().expand(steps, replicas, 3), state
+
+
+def test_mc_averages_probabilities_not_log_probabilities():
+    stream = torch.tensor([0, 2, 1, 2, 0, 0])  # targets 2, 1, 2, 0, 0
+    ppl = mc_perplexity(FixedSamples(), stream, samples=3, batch=3, bptt=2)
+    mean_p = FixedSamples.PROBS.mean(0)
+    expected = math.exp(-sum(math.log(mean_p[t]) for t in stream[1:].tolist()) / 5)
+    geometric = math.exp(-sum(FixedSamples.PROBS[:, t].log().mean().item() for t in stream[1:].tolist()) / 5)
+    assert abs(ppl - expected) < 1e-5 and ppl < geometric - 0.1
+
+
+def test_mc_splits_samples_into_passes():
+    stream = torch.tensor([0, 2, 1, 2, 0, 0])
+    # 3 samples run 2 + 1: replicas 0, 1 then replica 0 again.
+    ppl = mc_perplexity(FixedSamples(), stream, samples=3, batch=2, bptt=4)
+    mean_p = FixedSamples.PROBS[[0, 1, 0]].mean(0)
+    assert abs(ppl - math.exp(-sum(math.log(mean_p[t]) for t in stream[1:].tolist()) / 5)) < 1e-5
+
+
+def test_mc_is_stochastic_and_close_to_weight_scaling_with_variational_dropout():
+    model = model_with("variational", input=0.3, recurrent=0.3, output=0.3)
+    stream = torch.randint(0, V, (80,))
+    torch.manual_seed(1)
+    a = mc_perplexity(model, stream, samples=8, batch=8, bptt=10)
+    b = mc_perplexity(model, stream, samples=8, batch=8, bptt=10)
+    scale = perplexity(model, stream, 1, 10)
+    assert a != b and abs(math.log(a) - math.log(scale)) < 0.2

@@ -1,0 +1,89 @@
+"""The reference LSTM loop against torch.nn.LSTM, and gradient flow through every mask."""
+
+from __future__ import annotations
+
+import torch
+
+from vdrnn.dropout import DropoutConfig, LayerMasks, make_dropout
+from vdrnn.model import LanguageModel, ModelConfig, detach_state
+from vdrnn.recurrent import GATES, LSTMLayer, lstm_reference
+
+T, B, D, H = 9, 4, 6, 11
+
+
+def ones_masks(per_gate: bool) -> LayerMasks:
+    """All-ones masks force the reference loop (a masked recurrence) while dropping nothing (p = 0)."""
+    if per_gate:
+        return LayerMasks(x=torch.ones(B, GATES, D), h=torch.ones(B, GATES, H), per_gate=True)
+    return LayerMasks(x=torch.ones(B, D), h=torch.ones(B, H))
+
+
+def test_reference_loop_equals_nn_lstm_at_p0_tied_and_untied():
+    torch.manual_seed(0)
+    layer = LSTMLayer(D, H, impl="reference")
+    x = torch.randn(T, B, D)
+    h0, c0 = torch.randn(B, H), torch.randn(B, H)
+    expected, (h_ref, c_ref) = layer.lstm(x, (h0[None], c0[None]))  # the stock module, same weights
+    for per_gate in (False, True):
+        y, (h, c) = lstm_reference(x, (h0, c0), layer.parameters_tuple(), ones_masks(per_gate))
+        assert torch.allclose(y, expected, atol=1e-6)
+        assert torch.allclose(h, h_ref[0], atol=1e-6) and torch.allclose(c, c_ref[0], atol=1e-6)
+
+
+def test_gradients_of_reference_loop_equal_nn_lstm_at_p0():
+    torch.manual_seed(0)
+    layer = LSTMLayer(D, H, impl="reference")
+    x = torch.randn(T, B, D, requires_grad=True)
+    y, _ = lstm_reference(x, (torch.zeros(B, H), torch.zeros(B, H)), layer.parameters_tuple(), ones_masks(True))
+    y.square().sum().backward()
+    ours = [x.grad.clone()] + [p.grad.clone() for p in layer.parameters()]
+    x.grad = None
+    layer.zero_grad()
+    layer.lstm(x)[0].square().sum().backward()
+    theirs = [x.grad] + [p.grad for p in layer.parameters()]
+    for a, b in zip(ours, theirs, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_zero_probability_model_is_the_same_function_on_both_paths():
+    """dropout=variational with every p = 0 runs cuDNN/nn.LSTM; with masks it runs the loop."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(num_layers=2, hidden_size=H, impl="reference")
+    model = LanguageModel(20, cfg, make_dropout(DropoutConfig(scheme="variational")))
+    tokens = torch.randint(0, 20, (T, B))
+    state = model.initial_state(B, "cpu")
+    fused, _ = model(tokens, state, stochastic=True)  # no masks drawn: every layer on nn.LSTM
+    x = model.embedding(tokens)
+    for layer in model.layers:
+        x, _ = lstm_reference(x, (torch.zeros(B, H), torch.zeros(B, H)), layer.parameters_tuple(),
+                              LayerMasks(h=torch.ones(B, H)))
+    assert torch.allclose(fused, model.decoder(x), atol=1e-5)
+
+
+def test_every_parameter_gets_gradient_under_variational_dropout():
+    torch.manual_seed(0)
+    for per_gate in (False, True):
+        cfg = ModelConfig(num_layers=2, hidden_size=H, impl="reference", gates="untied" if per_gate else "tied")
+        dropout = DropoutConfig(scheme="variational", embedding=0.2, input=0.3, recurrent=0.3, output=0.3,
+                                per_gate=per_gate)
+        model = LanguageModel(20, cfg, make_dropout(dropout))
+        tokens = torch.randint(0, 20, (T, B))
+        logits, state = model(tokens, model.initial_state(B, "cpu"))
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
+        for name, p in model.named_parameters():
+            assert p.grad is not None and p.grad.abs().sum() > 0, name
+        # Truncated BPTT: the carried state has no graph behind it.
+        assert all(not h.requires_grad and not c.requires_grad for h, c in detach_state(state))
+
+
+def test_dropped_recurrent_unit_has_no_influence_through_h():
+    """A unit zeroed by z_h for sample b contributes nothing to the next step's gates of sample b."""
+    torch.manual_seed(0)
+    layer = LSTMLayer(D, H, impl="reference")
+    x = torch.randn(2, 1, D)
+    h_mask = torch.ones(1, H)
+    h_mask[0, 3] = 0
+    h0 = torch.randn(1, H, requires_grad=True)
+    y, _ = lstm_reference(x, (h0, torch.zeros(1, H)), layer.parameters_tuple(), LayerMasks(h=h_mask))
+    y[0].sum().backward()
+    assert h0.grad[0, 3] == 0 and h0.grad[0, 2] != 0
