@@ -1,7 +1,8 @@
-"""The `vdrnn` command: `vdrnn train [overrides]`, `vdrnn eval checkpoint=PATH [overrides]`.
+"""The `vdrnn` command: `vdrnn train [overrides]`, `vdrnn eval checkpoint=PATH [overrides]`, `vdrnn report DIR...`.
 
-Both subcommands are Hydra applications over the same config tree (conf/, shipped as vdrnn.conf),
-so `--help`, `-m` sweeps, `--cfg job` and every override work the same way for both.
+`train` and `eval` are Hydra applications over the same config tree (conf/, shipped as vdrnn.conf),
+so `--help`, `-m` sweeps, `--cfg job` and every override work the same way for both. `report` reads
+finished runs and takes plain arguments.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ USAGE = """usage: vdrnn <command> [hydra overrides]
 commands:
   train   train a model:          vdrnn train dataset=ptb dropout=variational
   eval    evaluate a checkpoint:  vdrnn eval checkpoint=outputs/.../best.pt eval=mc eval.samples=1000
+  report  tabulate runs:          vdrnn report multirun/2026-11-26 --out results/ptb
 
 `vdrnn <command> --help` lists every config group, option and key.
 """
@@ -75,6 +77,11 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE)
         return
     command, rest = argv[0], argv[1:]
+    if command == "report":
+        from vdrnn import report
+
+        report.main(rest)
+        return
     if command not in COMMANDS:
         print(f"error: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         raise SystemExit(2)

@@ -272,6 +272,7 @@ class Trainer:
             "device": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
             "smoke": cfg.trainer.max_steps is not None or cfg.data.eval_max_tokens is not None,
             "paper": self.raw_config.get("paper"),
+            "config": self.raw_config,
         })
         logger.final(metrics, self.step)
         log.info("test ppl %.2f (valid %.2f)%s", metrics["test_ppl"], metrics["valid_ppl"],
