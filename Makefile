@@ -2,7 +2,7 @@
 PYTHON ?= python3
 ARGS ?=
 
-.PHONY: help install test test-unit lint train sweep tensorboard bench
+.PHONY: help install test test-unit lint train sweep tensorboard bench reproduce-medium reproduce-large
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -31,3 +31,9 @@ tensorboard: ## compare runs: make tensorboard LOGDIR=multirun/2026-11-26
 
 bench: ## time a training step against cuDNN (needs CUDA)
 	$(PYTHON) scripts/bench.py $(ARGS)
+
+reproduce-medium: ## every Table 1 row, medium model, 2 seeds, jobs side by side; rerun to resume; report in results/ptb/medium
+	$(PYTHON) scripts/reproduce.py --size medium --seeds 1 2 $(ARGS)
+
+reproduce-large: ## the same for the large model
+	$(PYTHON) scripts/reproduce.py --size large --seeds 1 2 $(ARGS)
