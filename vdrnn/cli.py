@@ -16,7 +16,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from vdrnn.config import from_dict, to_container
+from vdrnn.config import to_container
 from vdrnn.errors import VdrnnError
 
 CONFIG_PATH = "pkg://vdrnn.conf"
@@ -39,28 +39,41 @@ def _fail(err: VdrnnError) -> None:
     raise SystemExit(2)
 
 
+def task(data_name: str):
+    """The module that trains and evaluates on a dataset: each has `run(raw, run_dir)` and `evaluate(raw, path)`."""
+    if data_name == "ptb":
+        from vdrnn import train
+
+        return train
+    if data_name in ("imdb", "scale"):
+        from vdrnn import sentiment
+
+        return sentiment
+    raise VdrnnError(f"no task for data.name={data_name!r}; choose `dataset=ptb`, `dataset=imdb` or `dataset=scale`")
+
+
 @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base="1.3")
 def train_command(cfg: DictConfig) -> float | None:
-    from vdrnn.train import train
-
     raw = to_container(cfg)
     try:
-        metrics = train(from_dict(raw), Path(HydraConfig.get().runtime.output_dir), raw)
+        metrics = task(raw["data"]["name"]).run(raw, Path(HydraConfig.get().runtime.output_dir))
     except VdrnnError as err:
         _fail(err)
     # Returned so that a Hydra sweeper (e.g. Optuna) can minimise it.
-    return metrics["best_valid_ppl"]
+    return metrics.get("best_valid_ppl")
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base="1.3")
 def eval_command(cfg: DictConfig) -> None:
-    from vdrnn.train import evaluate_checkpoint
+    from vdrnn import checkpoint
 
+    raw = to_container(cfg)
     try:
-        run_cfg = from_dict(to_container(cfg))
-        if not run_cfg.checkpoint:
+        if not raw.get("checkpoint"):
             raise VdrnnError("vdrnn eval needs checkpoint=PATH (a best.pt or last.pt of a run)")
-        metrics = evaluate_checkpoint(run_cfg, Path(run_cfg.checkpoint))
+        path = Path(raw["checkpoint"])
+        trained_on = checkpoint.load(path)["config"]["data"]["name"]
+        metrics = task(trained_on).evaluate(raw, path)
     except VdrnnError as err:
         _fail(err)
     out = Path(HydraConfig.get().runtime.output_dir) / "eval.json"

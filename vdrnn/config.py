@@ -42,6 +42,7 @@ class DataConfig:
 class TrainerConfig:
     epochs: int = 39
     max_steps: int | None = None
+    optimizer: str = "sgd"
     lr: float = 1.0
     lr_decay: float = 1.2
     lr_decay_start: int = 6
@@ -58,6 +59,8 @@ class TrainerConfig:
             object.__setattr__(self, "amp", "off")
         if self.amp not in AMP_MODES:
             raise ConfigError(f"trainer.amp={self.amp!r}; choose one of {', '.join(AMP_MODES)}")
+        if self.optimizer not in ("sgd", "adam"):
+            raise ConfigError(f"trainer.optimizer={self.optimizer!r}; choose `sgd` or `adam`")
         if self.weight_decay_mode not in ("gal", "l2"):
             raise ConfigError(f"trainer.weight_decay_mode={self.weight_decay_mode!r}; choose `gal` or `l2`")
         if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):

@@ -12,7 +12,6 @@ import csv
 import json
 import math
 import statistics
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -78,6 +78,14 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
+def make_optimizer(model: torch.nn.Module, trainer: TrainerConfig) -> torch.optim.Optimizer:
+    """SGD or Adam; with weight_decay_mode=l2 the decay is the optimizer's own gradient term."""
+    l2 = trainer.weight_decay if trainer.weight_decay_mode == "l2" else 0.0
+    if trainer.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=trainer.lr, weight_decay=l2)
+    return torch.optim.SGD(model.parameters(), lr=trainer.lr, weight_decay=l2)
+
+
 def apply_weight_decay(model: torch.nn.Module, trainer: TrainerConfig) -> None:
     """Gal's decay: w <- w - lambda * w after the SGD step, independent of the learning rate."""
     if trainer.weight_decay > 0 and trainer.weight_decay_mode == "gal":
@@ -100,8 +108,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.corpus = load_corpus(cfg)
         self.model = build_model(cfg, len(self.corpus.vocab), self.device)
-        l2 = cfg.trainer.weight_decay if cfg.trainer.weight_decay_mode == "l2" else 0.0
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.trainer.lr, weight_decay=l2)
+        self.optimizer = make_optimizer(self.model, cfg.trainer)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.trainer.amp == "fp16")
         self.epoch = 0  # epochs completed
         self.step = 0  # optimizer steps taken
@@ -303,12 +310,14 @@ def evaluate_all(model: LanguageModel, corpus: ptb.Corpus, cfg: RunConfig) -> di
     return metrics
 
 
-def train(cfg: RunConfig, run_dir: Path, raw_config: dict[str, Any]) -> dict[str, Any]:
-    return Trainer(cfg, run_dir, raw_config).fit()
+def run(raw: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """`vdrnn train` on PTB: ``raw`` is the composed config as plain containers."""
+    return Trainer(from_dict(raw), run_dir, raw).fit()
 
 
-def evaluate_checkpoint(cfg: RunConfig, path: Path) -> dict[str, Any]:
-    """`vdrnn eval`: rebuild the checkpoint's model and evaluate it under ``cfg.eval`` and ``cfg.device``."""
+def evaluate(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`vdrnn eval`: rebuild the checkpoint's model and evaluate it under the given eval, device and data root."""
+    cfg = from_dict(raw)
     payload = checkpoint.load(path)
     trained = from_dict(payload["config"])
     device = resolve_device(cfg.device)
