@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Run the Table 1 presets of one model size, several jobs side by side on one GPU, then report.
+"""Run experiment presets, several jobs side by side on one GPU, then report.
 
-    python scripts/reproduce.py --size medium --seeds 1 2 --parallel 6 --root runs/ptb-medium
+    python scripts/reproduce.py --size medium --seeds 1 2 --parallel 6       # Table 1, medium rows
     python scripts/reproduce.py --size large --rows variational variational_untied --deadline-min 9
+    python scripts/reproduce.py --experiments imdb_lstm_variational imdb_gru_variational --root runs/imdb
 
-Each job runs `vdrnn train experiment=<size>_<row> seed=<s>` in its own folder <root>/<row>/seed<s>.
+Each job runs `vdrnn train experiment=<preset> seed=<s>` in its own folder <root>/<preset>/seed<s>
+(for --size, <preset> is <size>_<row>).
 A finished job (metrics.json present) is skipped and an unfinished one resumes from its last.pt, so the
 script can be called again and again until every job is done: that is how a run longer than one
 session (or one 10-minute command) completes. `--deadline-min` stops the jobs still running after that
@@ -32,29 +34,37 @@ def vdrnn_command() -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", choices=["medium", "large"], required=True)
-    parser.add_argument("--rows", nargs="+", choices=ROWS, default=ROWS)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--size", choices=["medium", "large"], help="Table 1's rows for this model size")
+    which.add_argument("--experiments", nargs="+", help="any presets of conf/experiment/")
+    parser.add_argument("--rows", nargs="+", choices=ROWS, default=ROWS, help="with --size: which rows")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1])
     parser.add_argument("--parallel", type=int, default=6, help="jobs running at once")
-    parser.add_argument("--root", type=Path, default=None, help="default: runs/ptb-<size>")
-    parser.add_argument("--report", type=Path, default=None, help="default: results/ptb/<size>")
+    parser.add_argument("--root", type=Path, default=None, help="default: runs/ptb-<size> (runs/presets)")
+    parser.add_argument("--report", type=Path, default=None, help="default: results/ptb/<size> (<root>/report)")
     parser.add_argument("--deadline-min", type=float, default=None, help="stop unfinished jobs after this long")
     parser.add_argument("overrides", nargs="*", help="extra overrides for every job, e.g. trainer.amp=bf16")
     args = parser.parse_args()
-    root = args.root or Path("runs") / f"ptb-{args.size}"
-    report = args.report or Path("results") / "ptb" / args.size
+    if args.size:
+        presets = [f"{args.size}_{row}" for row in args.rows]
+        root = args.root or Path("runs") / f"ptb-{args.size}"
+        report = args.report or Path("results") / "ptb" / args.size
+    else:
+        presets = args.experiments
+        root = args.root or Path("runs") / "presets"
+        report = args.report or root / "report"
 
-    pending = [(row, seed) for row in args.rows for seed in args.seeds
-               if not (root / row / f"seed{seed}" / "metrics.json").exists()]
+    pending = [(preset, seed) for preset in presets for seed in args.seeds
+               if not (root / preset / f"seed{seed}" / "metrics.json").exists()]
     print(f"{len(pending)} job(s) to run in {root}", flush=True)
     deadline = time.monotonic() + 60 * args.deadline_min if args.deadline_min else None
     running: list[tuple[subprocess.Popen, str]] = []
     while pending or running:
         while pending and len(running) < args.parallel:
-            row, seed = pending.pop(0)
-            folder = root / row / f"seed{seed}"
+            preset, seed = pending.pop(0)
+            folder = root / preset / f"seed{seed}"
             folder.mkdir(parents=True, exist_ok=True)
-            command = [*vdrnn_command(), "train", f"experiment={args.size}_{row}", f"seed={seed}",
+            command = [*vdrnn_command(), "train", f"experiment={preset}", f"seed={seed}",
                        f"hydra.run.dir={folder}", "trainer.progress=false", *args.overrides]
             log = open(folder / "stdout.log", "a")
             running.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), str(folder)))
