@@ -14,6 +14,7 @@ from vdrnn.errors import ConfigError
 CONF = resources.files("vdrnn.conf")
 GROUPS = {g: sorted(p.name[:-5] for p in CONF.joinpath(g).iterdir() if p.name.endswith(".yaml"))
           for g in ("dataset", "model", "cell", "dropout", "eval", "experiment")}
+TABLE1 = [p for p in GROUPS["experiment"] if p.startswith(("medium_", "large_"))]
 
 
 def composed(*overrides: str):
@@ -23,10 +24,11 @@ def composed(*overrides: str):
 
 def test_groups_have_the_options_the_paper_needs():
     assert set(GROUPS["dropout"]) >= {"none", "zaremba", "moon", "moon_emb", "variational", "variational_untied"}
-    assert set(GROUPS["model"]) == {"small", "medium", "large"}
+    assert set(GROUPS["model"]) >= {"small", "medium", "large", "awd"}
     assert set(GROUPS["eval"]) == {"scale", "mc"}
     rows = {"none", "moon", "moon_emb", "zaremba", "variational", "variational_untied"}
-    assert set(GROUPS["experiment"]) == {f"{size}_{row}" for size in ("medium", "large") for row in rows}
+    assert set(TABLE1) == {f"{size}_{row}" for size in ("medium", "large") for row in rows}
+    assert "awd_ptb" in GROUPS["experiment"]
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g, opts in GROUPS.items() for o in opts])
@@ -46,7 +48,7 @@ def test_untied_preset_sets_per_gate_masks():
     assert cfg.model.gates == "untied" and cfg.dropout.per_gate and cfg.dropout.scheme == "variational"
 
 
-@pytest.mark.parametrize("preset", GROUPS["experiment"])
+@pytest.mark.parametrize("preset", TABLE1)
 def test_presets_carry_paper_numbers_and_a_run_command(preset):
     cfg = composed(f"experiment={preset}")
     size, row = preset.split("_", 1)
@@ -64,6 +66,18 @@ def test_large_presets_use_gal_and_zaremba_settings():
     assert (gal.trainer.weight_decay, gal.trainer.weight_decay_mode, gal.model.init_range) == (1e-7, "gal", 0.04)
     zaremba = from_dict(to_container(composed("experiment=large_zaremba")))
     assert zaremba.dropout.input == zaremba.dropout.output == 0.65 and zaremba.trainer.lr_decay_start == 14
+
+
+def test_awd_preset_has_the_reference_readme_settings():
+    awd = from_dict(to_container(composed("experiment=awd_ptb")))
+    d, m, t = awd.dropout, awd.model, awd.trainer
+    assert (d.embedding, d.input, d.hidden, d.output, d.weight) == (0.1, 0.4, 0.25, 0.4, 0.5)
+    assert (d.embedding_mask, d.locked_mask) == ("batch", "sample")
+    assert (m.num_layers, m.hidden_size, m.embedding_size, m.tie_weights) == (3, 1150, 400, True)
+    assert (t.optimizer, t.lr, t.clip, t.weight_decay, t.weight_decay_mode, t.ar, t.tar) == \
+        ("ntasgd", 30.0, 0.25, 1.2e-6, "l2", 2.0, 1.0)
+    assert (awd.data.bptt, awd.data.variable_bptt, awd.data.batch_size, awd.data.eval_batch_size,
+            awd.data.test_batch_size, awd.seed) == (70, True, 20, 10, 1, 141)
 
 
 def test_lr_schedule_matches_zaremba_medium():

@@ -17,6 +17,7 @@ from vdrnn.errors import ConfigError
 from vdrnn.model import ModelConfig
 
 AMP_MODES = ("off", "bf16", "fp16")
+OPTIMIZERS = ("sgd", "adam", "ntasgd")
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class DataConfig:
     eval_batch_size: int = 20
     test_batch_size: int = 1
     eval_max_tokens: int | None = None
+    variable_bptt: bool = False
     allow_custom_corpus: bool = False
 
     def __post_init__(self) -> None:
@@ -50,6 +52,9 @@ class TrainerConfig:
     weight_decay: float = 0.0
     weight_decay_mode: str = "gal"
     amp: str = "off"
+    ar: float = 0.0
+    tar: float = 0.0
+    nonmono: int = 5
     log_every: int = 100
     progress: bool = True
 
@@ -59,14 +64,16 @@ class TrainerConfig:
             object.__setattr__(self, "amp", "off")
         if self.amp not in AMP_MODES:
             raise ConfigError(f"trainer.amp={self.amp!r}; choose one of {', '.join(AMP_MODES)}")
-        if self.optimizer not in ("sgd", "adam"):
-            raise ConfigError(f"trainer.optimizer={self.optimizer!r}; choose `sgd` or `adam`")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"trainer.optimizer={self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
         if self.weight_decay_mode not in ("gal", "l2"):
             raise ConfigError(f"trainer.weight_decay_mode={self.weight_decay_mode!r}; choose `gal` or `l2`")
         if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
             raise ConfigError("trainer.epochs and trainer.max_steps must be at least 1")
         if not self.lr > 0 or not self.lr_decay >= 1 or self.clip <= 0 or self.weight_decay < 0:
             raise ConfigError("need trainer.lr > 0, trainer.lr_decay >= 1, trainer.clip > 0, trainer.weight_decay >= 0")
+        if self.ar < 0 or self.tar < 0 or self.nonmono < 1:
+            raise ConfigError("need trainer.ar >= 0, trainer.tar >= 0 and trainer.nonmono >= 1")
 
     def lr_at(self, epoch: int) -> float:
         """Learning rate of epoch ``epoch`` (1-based): constant, then divided by lr_decay every epoch."""

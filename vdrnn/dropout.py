@@ -34,7 +34,8 @@ import torch
 
 from vdrnn.errors import ConfigError
 
-SCHEMES = ("none", "zaremba", "moon", "variational")
+SCHEMES = ("none", "zaremba", "moon", "variational", "awd")
+GRANULARITIES = ("sample", "batch")
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,13 @@ class DropoutConfig:
     """Dropout probabilities, one per site. Which sites a scheme may use is checked here.
 
     ``embedding`` is word-type dropout (drop whole word types, Gal sec. 4.1); ``input`` drops each
-    layer's input (the embedding output for layer 1, the layer below's output above it); ``recurrent``
+    layer's input (the embedding output for layer 1, the layer below's output above it), and
+    ``hidden``, when set, replaces it for the inputs of layers 2..L (AWD's ``dropouth``); ``recurrent``
     drops h_{t-1}; ``output`` drops the last layer's output before the softmax; ``cell`` drops c_t
-    (Moon only). ``per_gate`` gives every gate its own masks (Gal's untied-weights variant, eq. 5);
+    (Moon only); ``weight`` drops entries of each W_hh (AWD's weight drop / DropConnect).
+    ``embedding_mask`` and ``locked_mask`` say whether word-type and fixed-over-time masks are drawn
+    per ``sample`` (Gal) or once per ``batch`` and shared by its sequences (AWD's reference code
+    for word types). ``per_gate`` gives every gate its own masks (Gal's untied-weights variant, eq. 5);
     only the variational scheme has per-gate masks, for the others tied and untied cells are identical.
     """
 
@@ -54,17 +59,22 @@ class DropoutConfig:
     recurrent: float = 0.0
     output: float = 0.0
     cell: float = 0.0
+    hidden: float | None = None
+    weight: float = 0.0
+    embedding_mask: str = "sample"
+    locked_mask: str = "sample"
     per_gate: bool = False
 
     # Sites each scheme drives; a non-zero probability anywhere else is a configuration error,
     # because it would silently do nothing (or silently turn one scheme into another).
     ALLOWED = {
         "none": (),
-        "zaremba": ("input", "output"),
+        "zaremba": ("input", "hidden", "output"),
         "moon": ("cell", "embedding"),
-        "variational": ("embedding", "input", "recurrent", "output"),
+        "variational": ("embedding", "input", "hidden", "recurrent", "output"),
+        "awd": ("embedding", "input", "hidden", "output", "weight"),
     }
-    SITES = ("embedding", "input", "recurrent", "output", "cell")
+    SITES = ("embedding", "input", "hidden", "recurrent", "output", "cell", "weight")
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
@@ -72,8 +82,13 @@ class DropoutConfig:
                 f"unknown dropout scheme {self.scheme!r}; choose one of {', '.join(SCHEMES)} "
                 f"(e.g. `dropout=variational`)"
             )
+        for key in ("embedding_mask", "locked_mask"):
+            if getattr(self, key) not in GRANULARITIES:
+                raise ConfigError(f"dropout.{key}={getattr(self, key)!r}; choose `sample` or `batch`")
         for site in self.SITES:
             p = getattr(self, site)
+            if site == "hidden" and p is None:  # unset: layers 2..L use dropout.input
+                continue
             if not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
                 raise ConfigError(
                     f"dropout.{site}={p!r} is not a probability in [0, 1); "
@@ -85,6 +100,10 @@ class DropoutConfig:
                     f"dropout.{site}={p} is not used by scheme {self.scheme!r} (its sites: {allowed}); "
                     f"set `dropout.{site}=0` or pick a scheme that drops {site}"
                 )
+
+    def input_p(self, layer: int) -> float:
+        """Dropout probability on the input of layer ``layer`` (0-based)."""
+        return self.input if layer == 0 or self.hidden is None else self.hidden
 
 
 def bernoulli_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
@@ -105,12 +124,15 @@ class LayerMasks:
     ``h``: applied to h_{t-1} before the recurrent product. [B, H] or [B, G, H] with ``per_gate``.
     ``c``: Moon's cell mask, [B, H], values in {0, 1}; see :class:`MoonDropout` for its scaling.
     ``c_scale``: 1/(1-p_cell), applied to h_t so that E[h_t] is preserved.
+    ``w_hh``: AWD's weight-drop mask [G*H, H] on the recurrent weight, one for the whole minibatch.
+      It leaves the recurrence a plain LSTM (with other weights), so cuDNN still runs it.
     """
 
     x: torch.Tensor | None = None
     h: torch.Tensor | None = None
     c: torch.Tensor | None = None
     c_scale: float = 1.0
+    w_hh: torch.Tensor | None = None
     per_gate: bool = False
 
     @property
@@ -129,8 +151,8 @@ class DropoutScheme:
         """Mask [T, B, 1] for the embeddings of ``tokens`` [T, B], or None."""
         return None
 
-    def layer_masks(self, x: torch.Tensor, hidden_size: int, gates: int) -> LayerMasks:
-        """Masks for a layer whose input is ``x`` [T, B, D]."""
+    def layer_masks(self, x: torch.Tensor, hidden_size: int, gates: int, layer: int = 0) -> LayerMasks:
+        """Masks for layer ``layer`` (0-based) whose input is ``x`` [T, B, D]."""
         return LayerMasks()
 
     def output_mask(self, y: torch.Tensor) -> torch.Tensor | None:
@@ -138,13 +160,21 @@ class DropoutScheme:
         return None
 
 
-def _word_type_mask(tokens: torch.Tensor, vocab_size: int, p: float) -> torch.Tensor | None:
+def _word_type_mask(tokens: torch.Tensor, vocab_size: int, p: float, granularity: str) -> torch.Tensor | None:
     # One Bernoulli draw per (sequence, word type): every occurrence of a word in a sequence is
-    # dropped together (Gal sec. 4.1, and the fix in Gal's README that tied masks per word).
+    # dropped together (Gal sec. 4.1, and the fix in Gal's README that tied masks per word). With
+    # granularity "batch" one draw per word type serves every sequence of the minibatch (AWD).
     if p == 0:
         return None
+    if granularity == "batch":
+        return bernoulli_mask((vocab_size,), p, tokens)[tokens].unsqueeze(-1)  # [T, B, 1]
     per_type = bernoulli_mask((tokens.shape[1], vocab_size), p, tokens)  # [B, V]
     return per_type.gather(1, tokens.t()).t().unsqueeze(-1)  # [T, B, 1]
+
+
+def _locked_mask(batch: int, size: int, p: float, granularity: str, like: torch.Tensor) -> torch.Tensor | None:
+    """A mask fixed over time: [B, size] per sample, or [1, size] shared by the batch."""
+    return bernoulli_mask((batch if granularity == "sample" else 1, size), p, like) if p > 0 else None
 
 
 class ZarembaDropout(DropoutScheme):
@@ -156,8 +186,8 @@ class ZarembaDropout(DropoutScheme):
     cuDNN runs it.
     """
 
-    def layer_masks(self, x, hidden_size, gates):
-        p = self.config.input
+    def layer_masks(self, x, hidden_size, gates, layer=0):
+        p = self.config.input_p(layer)
         return LayerMasks(x=bernoulli_mask(tuple(x.shape), p, x) if p > 0 else None)
 
     def output_mask(self, y):
@@ -180,9 +210,9 @@ class MoonDropout(DropoutScheme):
     """
 
     def word_type_mask(self, tokens, vocab_size):
-        return _word_type_mask(tokens, vocab_size, self.config.embedding)
+        return _word_type_mask(tokens, vocab_size, self.config.embedding, self.config.embedding_mask)
 
-    def layer_masks(self, x, hidden_size, gates):
+    def layer_masks(self, x, hidden_size, gates, layer=0):
         p = self.config.cell
         if p == 0:
             return LayerMasks()
@@ -205,24 +235,47 @@ class VariationalDropout(DropoutScheme):
     """
 
     def word_type_mask(self, tokens, vocab_size):
-        return _word_type_mask(tokens, vocab_size, self.config.embedding)
+        return _word_type_mask(tokens, vocab_size, self.config.embedding, self.config.embedding_mask)
 
-    def layer_masks(self, x, hidden_size, gates):
+    def layer_masks(self, x, hidden_size, gates, layer=0):
         cfg = self.config
-        batch, in_size = x.shape[1], x.shape[2]
-        x_shape = (batch, gates, in_size) if cfg.per_gate else (batch, in_size)
-        h_shape = (batch, gates, hidden_size) if cfg.per_gate else (batch, hidden_size)
+        p_in = cfg.input_p(layer)
+        if not cfg.per_gate:
+            return LayerMasks(x=_locked_mask(x.shape[1], x.shape[2], p_in, cfg.locked_mask, x),
+                              h=_locked_mask(x.shape[1], hidden_size, cfg.recurrent, cfg.locked_mask, x))
+        batch = x.shape[1] if cfg.locked_mask == "sample" else 1
         return LayerMasks(
-            # Untied gates need per-gate masks even at p=0 only if some p>0; with both p=0 the
-            # untied cell is exactly the tied one and may take the fused path.
-            x=bernoulli_mask(x_shape, cfg.input, x) if cfg.input > 0 else None,
-            h=bernoulli_mask(h_shape, cfg.recurrent, x) if cfg.recurrent > 0 else None,
-            per_gate=cfg.per_gate and (cfg.input > 0 or cfg.recurrent > 0),
+            x=bernoulli_mask((batch, gates, x.shape[2]), p_in, x) if p_in > 0 else None,
+            h=bernoulli_mask((batch, gates, hidden_size), cfg.recurrent, x) if cfg.recurrent > 0 else None,
+            # With both p = 0 the untied cell is exactly the tied one and may take the fused path.
+            per_gate=p_in > 0 or cfg.recurrent > 0,
         )
 
     def output_mask(self, y):
-        p = self.config.output
-        return bernoulli_mask((1, y.shape[1], y.shape[2]), p, y) if p > 0 else None
+        cfg = self.config
+        mask = _locked_mask(y.shape[1], y.shape[2], cfg.output, cfg.locked_mask, y)
+        return None if mask is None else mask.unsqueeze(0)
+
+
+class AWDDropout(VariationalDropout):
+    """Merity, Keskar & Socher (2017), AWD-LSTM: locked dropout plus weight drop, no mask on h_{t-1}.
+
+    - word types (``embedding``, the reference's 0.1): whole embedding rows dropped; by default one
+      draw per word type for the whole minibatch (``embedding_mask=batch``, as ``embedded_dropout``).
+    - locked dropout (Gal's fixed-over-time masks) on the embedding output (``input``, dropouti 0.65),
+      between layers (``hidden``, dropouth 0.3) and on the output (``output``, 0.4): [B, D] per sample.
+    - weight drop (``weight``, 0.5): W_hh' = W_hh * M / (1-p), M [4H, H] drawn **once per minibatch**
+      and shared by all samples and steps (DropConnect on the recurrent weights; a per-sample W_hh would
+      be a [B, 4H, H] tensor). The raw W_hh is the parameter: it receives the gradients and is never
+      overwritten; evaluation uses it as it is.
+    """
+
+    # Word types and the output are dropped as in VariationalDropout; the layers differ.
+    def layer_masks(self, x, hidden_size, gates, layer=0):
+        cfg = self.config
+        w = cfg.weight
+        return LayerMasks(x=_locked_mask(x.shape[1], x.shape[2], cfg.input_p(layer), cfg.locked_mask, x),
+                          w_hh=bernoulli_mask((gates * hidden_size, hidden_size), w, x) if w > 0 else None)
 
 
 def make_dropout(config: DropoutConfig) -> DropoutScheme:
@@ -232,5 +285,6 @@ def make_dropout(config: DropoutConfig) -> DropoutScheme:
         "zaremba": ZarembaDropout,
         "moon": MoonDropout,
         "variational": VariationalDropout,
+        "awd": AWDDropout,
     }
     return classes[config.scheme](config)

@@ -27,6 +27,9 @@ State = list[tuple[torch.Tensor, torch.Tensor]]
 class ModelConfig:
     num_layers: int = 2
     hidden_size: int = 650
+    embedding_size: int | None = None  # None: the hidden size (Zaremba, Gal); AWD uses 400 with 1150 units
+    tie_weights: bool = False  # decoder weight = embedding (AWD); the last layer then has embedding_size units
+    init: str = "uniform"  # uniform: every parameter U(+-init_range) (Zaremba, Gal) | awd: see LanguageModel
     init_range: float = 0.05
     cell: str = "lstm"
     gates: str = "tied"
@@ -39,10 +42,18 @@ class ModelConfig:
             raise ConfigError(f"cell.gates={self.gates!r}; choose `cell.gates=tied` or `cell.gates=untied`")
         if self.impl not in IMPLS:
             raise ConfigError(f"model.impl={self.impl!r}; choose one of {', '.join(IMPLS)}")
-        if self.num_layers < 1 or self.hidden_size < 1:
-            raise ConfigError("model.num_layers and model.hidden_size must be positive")
+        if self.init not in ("uniform", "awd"):
+            raise ConfigError(f"model.init={self.init!r}; choose `uniform` or `awd`")
+        if self.num_layers < 1 or self.hidden_size < 1 or (self.embedding_size or 1) < 1:
+            raise ConfigError("model.num_layers, model.hidden_size and model.embedding_size must be positive")
         if not self.init_range > 0:
             raise ConfigError(f"model.init_range={self.init_range} must be positive (uniform init in +-range)")
+
+    def layer_sizes(self) -> list[int]:
+        """[input of layer 1, output of layer 1, ..., output of layer L]."""
+        embedding = self.embedding_size or self.hidden_size
+        last = embedding if self.tie_weights else self.hidden_size
+        return [embedding] + [self.hidden_size] * (self.num_layers - 1) + [last]
 
 
 class LanguageModel(nn.Module):
@@ -51,17 +62,25 @@ class LanguageModel(nn.Module):
         self.vocab_size = vocab_size
         self.config = config
         self.dropout = dropout
-        size = config.hidden_size
-        self.embedding = nn.Embedding(vocab_size, size)
-        self.layers = nn.ModuleList(LSTMLayer(size, size, config.impl) for _ in range(config.num_layers))
-        self.decoder = nn.Linear(size, vocab_size)
-        # Zaremba and Gal initialise every parameter, biases included, uniformly in +-init_range.
-        for p in self.parameters():
-            nn.init.uniform_(p, -config.init_range, config.init_range)
+        sizes = config.layer_sizes()
+        self.embedding = nn.Embedding(vocab_size, sizes[0])
+        self.layers = nn.ModuleList(LSTMLayer(sizes[i], sizes[i + 1], config.impl) for i in range(config.num_layers))
+        self.decoder = nn.Linear(sizes[-1], vocab_size)
+        if config.init == "uniform":
+            # Zaremba and Gal initialise every parameter, biases included, uniformly in +-init_range.
+            for p in self.parameters():
+                nn.init.uniform_(p, -config.init_range, config.init_range)
+        else:
+            # AWD-LSTM: embedding U(+-init_range), decoder bias 0, LSTMs keep PyTorch's U(+-1/sqrt(H)).
+            nn.init.uniform_(self.embedding.weight, -config.init_range, config.init_range)
+            nn.init.zeros_(self.decoder.bias)
+        if config.tie_weights:
+            self.decoder.weight = self.embedding.weight  # one parameter, after init
 
     def initial_state(self, batch_size: int, device: torch.device | str) -> State:
-        zeros = torch.zeros(batch_size, self.config.hidden_size, device=device)
-        return [(zeros, zeros) for _ in self.layers]
+        # Separate tensors for h and c: graph capture copies into them independently.
+        return [(torch.zeros(batch_size, layer.hidden_size, device=device),
+                 torch.zeros(batch_size, layer.hidden_size, device=device)) for layer in self.layers]
 
     def forward(
         self,
@@ -69,12 +88,14 @@ class LanguageModel(nn.Module):
         state: State,
         stochastic: bool | None = None,
         word_dropout: bool = True,
-    ) -> tuple[torch.Tensor, State]:
+        return_outputs: bool = False,
+    ):
         """tokens [T, B] -> logits [T, B, V] and the final state of every layer.
 
         ``stochastic`` (default: ``self.training``) draws this minibatch's dropout masks; with it
         off every mask is one (weight scaling). MC evaluation calls this with ``stochastic=True``
-        and, as in Gal's code, ``word_dropout=False``.
+        and, as in Gal's code, ``word_dropout=False``. ``return_outputs`` also returns the last
+        layer's output before and after output dropout (for AWD's AR and TAR penalties).
         """
         stochastic = self.training if stochastic is None else stochastic
         x = self.embedding(tokens)
@@ -83,15 +104,17 @@ class LanguageModel(nn.Module):
             if word_mask is not None:
                 x = x * word_mask
         new_state = []
-        for layer, layer_state in zip(self.layers, state, strict=True):
-            masks = self.dropout.layer_masks(x, layer.hidden_size, GATES) if stochastic else None
+        for index, (layer, layer_state) in enumerate(zip(self.layers, state, strict=True)):
+            masks = self.dropout.layer_masks(x, layer.hidden_size, GATES, index) if stochastic else None
             x, layer_state = layer(x, layer_state, masks)
             new_state.append(layer_state)
+        raw = x
         if stochastic:
             out_mask = self.dropout.output_mask(x)
             if out_mask is not None:
                 x = x * out_mask.to(x.dtype)
-        return self.decoder(x), new_state
+        logits = self.decoder(x)
+        return (logits, new_state, (raw, x)) if return_outputs else (logits, new_state)
 
 
 def detach_state(state: State) -> State:

@@ -19,6 +19,8 @@ becomes four.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -49,24 +51,46 @@ class LSTMLayer(nn.Module):
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """x [T, B, D]; state (h, c), each [B, H]; returns (outputs [T, B, H], (h_T, c_T))."""
         masks = masks or LayerMasks()
+        params = self.parameters_tuple()
+        if masks.w_hh is not None:
+            # Weight drop: a new W_hh for this minibatch, computed from the raw parameter, which thus
+            # gets the gradients and is never modified in place.
+            w_ih, w_hh, b_ih, b_hh = params
+            params = (w_ih, w_hh * masks.w_hh, b_ih, b_hh)
         if masks.recurrent:
             if self.impl == "fast" or (self.impl == "auto" and x.is_cuda):
                 from vdrnn.fused import lstm_fused
 
-                return lstm_fused(x, state, self.parameters_tuple(), masks)
-            return lstm_reference(x, state, self.parameters_tuple(), masks)
+                return lstm_fused(x, state, params, masks)
+            return lstm_reference(x, state, params, masks)
         if masks.x is not None:  # fresh-per-step or fixed-over-time input mask, same for all gates
             x = x * masks.x.to(x.dtype)
         # The fused kernel runs in fp32 (TF32 on CUDA) even under autocast: cuDNN in bf16 would keep
         # c_t in bf16 too, and it measured no faster (../shared/REFERENCE.md sec. 8).
         h0, c0 = state
+        hx = (h0.unsqueeze(0).float(), c0.unsqueeze(0).float())
         with torch.autocast(x.device.type, enabled=False):
-            y, (h, c) = self.lstm(x.float(), (h0.unsqueeze(0).float(), c0.unsqueeze(0).float()))
+            if masks.w_hh is None:
+                y, (h, c) = self.lstm(x.float(), hx)
+            else:
+                y, (h, c) = lstm_with_weights(x.float(), hx, params)
         return y, (h.squeeze(0), c.squeeze(0))
 
     def parameters_tuple(self) -> tuple[torch.Tensor, ...]:
         m = self.lstm
         return m.weight_ih_l0, m.weight_hh_l0, m.bias_ih_l0, m.bias_hh_l0
+
+
+def lstm_with_weights(x: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor], params: tuple[torch.Tensor, ...]):
+    """The fused LSTM kernel (cuDNN on CUDA) on weights passed as arguments, not the module's own.
+
+    cuDNN wants all weights in one buffer and packs them when they are not; with weight drop W_hh is a
+    new tensor every minibatch, so that copy (4H x H floats) is inherent and its warning is expected.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
+        y, h, c = torch.lstm(x, hx, list(params), True, 1, 0.0, False, False, False)
+    return y, (h, c)
 
 
 def input_projection(x: torch.Tensor, w_ih: torch.Tensor, b_ih: torch.Tensor, mask: torch.Tensor | None,
@@ -134,3 +158,123 @@ def lstm_reference(
         outputs.append(h)
     y = torch.stack(outputs)
     return y.to(x_proj.dtype), (h, c)
+
+
+# ----------------------------------------------------------------------------- GRU and tanh RNN
+# Same design as the LSTM above: the layer holds the stock module (cuDNN on CUDA when the recurrence
+# is unmasked, and checkpoints load into a stock nn.GRU / nn.RNN) and masked recurrences run a
+# reference step loop on the very same weights. They have no cell state, so Moon's c-mask does not apply.
+
+GRU_GATES = 3  # r, z, n, as torch.nn.GRU
+RNN_GATES = 1
+
+
+def masked_linear(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor | None,
+                  per_gate: bool) -> torch.Tensor:
+    """W (v * z) + b for every gate of a cell at once: v [..., B, D] -> [..., B, G*H].
+
+    ``mask`` is None, broadcastable to v (one mask shared by all gates: [B, D] fixed over time or
+    [T, B, D] fresh per step), or with ``per_gate`` a [B, G, D] stack in which gate k (rows
+    k*H..(k+1)*H of W) sees v * z[:, k] (Gal's untied weights, eq. 5). G comes from the mask.
+    """
+    if mask is None:
+        return F.linear(v, weight, bias)
+    if not per_gate:
+        return F.linear(v * mask.to(v.dtype), weight, bias)
+    gates = mask.shape[-2]
+    masked = v.unsqueeze(-2) * mask.to(v.dtype)  # [..., B, 1, D] * [B, G, D] -> [..., B, G, D]
+    proj = torch.einsum("...gd,ghd->...gh", masked, weight.view(gates, -1, weight.shape[1]))
+    return proj.flatten(-2) + bias
+
+
+def gru_reference(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...],
+                  masks: LayerMasks) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gal's variational GRU, step by step; x [T, B, D], h0 [B, H] -> (outputs [T, B, H], h_T).
+
+        r = sigma(W_ir (x_t * z_x^r) + b_ir + W_hr (h_{t-1} * z_h^r) + b_hr)
+        z = sigma(W_iz (x_t * z_x^z) + b_iz + W_hz (h_{t-1} * z_h^z) + b_hz)
+        n = tanh(W_in (x_t * z_x^n) + b_in + r * (W_hn (h_{t-1} * z_h^n) + b_hn))
+        h_t = (1 - z) * n + z * h_{t-1}
+
+    Tied gates use one z_x [B, D] and one z_h [B, H] for r, z and n; untied (``masks.per_gate``)
+    a separate mask per gate, [B, 3, D] and [B, 3, H]. Masks are per sample and fixed over time;
+    z_x may also be Zaremba's fresh-per-step [T, B, D]. The masks act on the inputs of the products
+    only: the interpolation z * h_{t-1} uses the undropped state (as Gal's GRU). Products may run in
+    low precision under autocast; gate sums and h_t stay fp32.
+    """
+    w_ih, w_hh, b_ih, b_hh = params
+    x_proj = masked_linear(x, w_ih, b_ih, masks.x, masks.per_gate)
+    h = h0.float()
+    outputs = []
+    for t in range(x.shape[0]):
+        h_proj = masked_linear(h.to(x_proj.dtype), w_hh, b_hh, masks.h, masks.per_gate).float()
+        x_r, x_z, x_n = x_proj[t].float().chunk(GRU_GATES, dim=1)
+        h_r, h_z, h_n = h_proj.chunk(GRU_GATES, dim=1)
+        r = torch.sigmoid(x_r + h_r)
+        z = torch.sigmoid(x_z + h_z)
+        n = torch.tanh(x_n + r * h_n)
+        h = (1 - z) * n + z * h
+        outputs.append(h)
+    return torch.stack(outputs).to(x_proj.dtype), h
+
+
+def rnn_reference(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...],
+                  masks: LayerMasks) -> tuple[torch.Tensor, torch.Tensor]:
+    """The variational tanh RNN, step by step: h_t = tanh(W_ih (x_t * z_x) + b_ih + W_hh (h_{t-1} * z_h) + b_hh).
+
+    One gate, so tied and untied masks are the same noise ([B, D] or [B, 1, D]); per sample, fixed over time.
+    """
+    w_ih, w_hh, b_ih, b_hh = params
+    x_proj = masked_linear(x, w_ih, b_ih, masks.x, masks.per_gate)
+    h = h0.float()
+    outputs = []
+    for t in range(x.shape[0]):
+        h = torch.tanh(x_proj[t].float() + masked_linear(h.to(x_proj.dtype), w_hh, b_hh, masks.h,
+                                                         masks.per_gate).float())
+        outputs.append(h)
+    return torch.stack(outputs).to(x_proj.dtype), h
+
+
+class _SingleStateLayer(nn.Module):
+    """A one-layer recurrence whose state is h alone: ``module``'s fused kernel, or ``reference`` when masked."""
+
+    def __init__(self, module: nn.RNNBase, reference, gates: int):
+        super().__init__()
+        self.module = module
+        self.reference = reference
+        self.gates = gates
+        self.input_size = module.input_size
+        self.hidden_size = module.hidden_size
+
+    def forward(self, x: torch.Tensor, h0: torch.Tensor,
+                masks: LayerMasks | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [T, B, D]; h0 [B, H]; returns (outputs [T, B, H], h_T)."""
+        masks = masks or LayerMasks()
+        if masks.c is not None:
+            raise ValueError(f"{type(self).__name__} has no cell state: Moon's c-mask needs an LSTM")
+        if masks.recurrent:
+            return self.reference(x, h0, self.parameters_tuple(), masks)
+        if masks.x is not None:  # input mask shared by all gates: the stock kernel still applies
+            x = x * masks.x.to(x.dtype)
+        with torch.autocast(x.device.type, enabled=False):  # fp32 state, as the LSTM layer
+            y, h = self.module(x.float(), h0.unsqueeze(0).float())
+        return y, h.squeeze(0)
+
+    def parameters_tuple(self) -> tuple[torch.Tensor, ...]:
+        m = self.module
+        return m.weight_ih_l0, m.weight_hh_l0, m.bias_ih_l0, m.bias_hh_l0
+
+
+class GRULayer(_SingleStateLayer):
+    """One GRU layer (parameters of a one-layer ``torch.nn.GRU``); masks as in :func:`gru_reference`."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__(nn.GRU(input_size, hidden_size, num_layers=1), gru_reference, GRU_GATES)
+
+
+class RNNLayer(_SingleStateLayer):
+    """One tanh-RNN layer (parameters of a one-layer ``torch.nn.RNN``); masks as in :func:`rnn_reference`."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__(nn.RNN(input_size, hidden_size, num_layers=1, nonlinearity="tanh"), rnn_reference,
+                         RNN_GATES)

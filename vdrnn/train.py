@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +79,13 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def make_optimizer(model: torch.nn.Module, trainer: TrainerConfig) -> torch.optim.Optimizer:
-    """SGD or Adam; with weight_decay_mode=l2 the decay is the optimizer's own gradient term."""
+def make_optimizer(model: torch.nn.Module, trainer: TrainerConfig, averaging: bool = False) -> torch.optim.Optimizer:
+    """SGD, Adam, or (ntasgd) SGD that becomes averaged SGD; weight_decay_mode=l2 puts the decay in it."""
     l2 = trainer.weight_decay if trainer.weight_decay_mode == "l2" else 0.0
     if trainer.optimizer == "adam":
         return torch.optim.Adam(model.parameters(), lr=trainer.lr, weight_decay=l2)
+    if averaging:  # Merity et al.'s ASGD: average from the switch on (t0=0), no lr decay (lambd=0)
+        return torch.optim.ASGD(model.parameters(), lr=trainer.lr, t0=0, lambd=0.0, weight_decay=l2)
     return torch.optim.SGD(model.parameters(), lr=trainer.lr, weight_decay=l2)
 
 
@@ -114,6 +117,8 @@ class Trainer:
         self.step = 0  # optimizer steps taken
         self.best_valid = math.inf
         self.train_seconds = 0.0
+        self.averaging = False  # ntasgd: switched to averaged SGD
+        self.valid_history: list[float] = []  # every epoch's validation perplexity (NT-ASGD's trigger)
 
     # ----------------------------------------------------------------------------- checkpoints
     def state(self) -> dict[str, Any]:
@@ -126,6 +131,8 @@ class Trainer:
             "step": self.step,
             "best_valid": self.best_valid,
             "train_seconds": self.train_seconds,
+            "averaging": self.averaging,
+            "valid_history": self.valid_history,
             "vocab": self.corpus.vocab,
             "config": self.raw_config,
         }
@@ -133,6 +140,9 @@ class Trainer:
     def restore(self, path: Path) -> None:
         payload = checkpoint.load(path)
         checkpoint.load_model_state(self.model, payload, path)
+        self.averaging, self.valid_history = payload["averaging"], payload["valid_history"]
+        if self.averaging:
+            self.optimizer = make_optimizer(self.model, self.cfg.trainer, averaging=True)
         self.optimizer.load_state_dict(payload["optimizer"])
         self.scaler.load_state_dict(payload["scaler"])
         set_rng_state(payload["rng"], self.device)
@@ -147,58 +157,88 @@ class Trainer:
         return last if last.exists() else None
 
     # ----------------------------------------------------------------------------- training
-    def train_epoch(self, data: torch.Tensor, lr: float, logger: RunLogger, bar: tqdm) -> dict[str, float]:
+    def minibatches(self, data: torch.Tensor):
+        """Fixed-length BPTT minibatches, or AWD's random lengths (``data.variable_bptt``)."""
+        d = self.cfg.data
+        if not d.variable_bptt:
+            yield from ptb.minibatches(data, d.bptt)
+            return
+        # Merity et al.: mostly bptt, sometimes bptt/2, jittered by N(0, 5), at least 5 steps; the
+        # draws come from the CPU generator, whose state the checkpoints keep.
+        start = 0
+        while start < data.shape[0] - 1:
+            base = d.bptt if torch.rand(()).item() < 0.95 else d.bptt / 2
+            length = min(max(5, int(torch.normal(float(base), 5.0, ()).item())), data.shape[0] - 1 - start)
+            yield data[start : start + length], data[start + 1 : start + 1 + length]
+            start += length
+
+    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor, state, lr: float):
+        """One SGD step: (mean NLL of the minibatch, gradient norm, new state), without host sync."""
         cfg, model = self.cfg, self.model
-        model.train()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        state = model.initial_state(cfg.data.batch_size, self.device)
-        loss_sum = torch.zeros((), device=self.device)
-        tokens, steps_in_window, epoch_loss, epoch_tokens = 0, 0, 0.0, 0
-        grad_norm = torch.zeros((), device=self.device)
-        window_start = time.perf_counter()
-        epoch_start = window_start
-        steps_per_epoch = bar.total
-        for index, (inputs, targets) in enumerate(ptb.minibatches(data, cfg.data.bptt)):
-            state = detach_state(state)
-            with autocast(self.device, cfg.trainer.amp):
-                logits, state = model(inputs, state)
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-            self.optimizer.zero_grad(set_to_none=True)
-            self.scaler.scale(loss).backward()
-            self.scaler.unscale_(self.optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.clip)
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            apply_weight_decay(model, cfg.trainer)
+        with autocast(self.device, cfg.trainer.amp):
+            logits, state, (raw, dropped) = model(inputs, state, return_outputs=True)
+        nll = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        loss = nll
+        if cfg.trainer.ar > 0:  # activation regularization on the dropped output (Merity et al.)
+            loss = loss + cfg.trainer.ar * dropped.float().pow(2).mean()
+        if cfg.trainer.tar > 0:  # temporal AR: slowness of the undropped output
+            loss = loss + cfg.trainer.tar * (raw[1:] - raw[:-1]).float().pow(2).mean()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        apply_weight_decay(model, cfg.trainer)
+        return nll.detach(), grad_norm, detach_state(state)
+
+    def train_epoch(self, data: torch.Tensor, lr: float, logger: RunLogger, bar: tqdm) -> dict[str, float]:
+        cfg = self.cfg
+        self.model.train()
+        state = self.model.initial_state(cfg.data.batch_size, self.device)
+        window = {"loss": torch.zeros((), device=self.device, dtype=torch.float64), "tokens": 0, "steps": 0,
+                  "start": time.perf_counter()}
+        totals = {"loss": 0.0, "tokens": 0}
+        epoch_start = window["start"]
+        grad_norm = None
+
+        def flush() -> None:
+            # The one host sync of a window: reading the loss also catches NaN early.
+            mean_loss = window["loss"].item() / window["tokens"]
+            if not math.isfinite(mean_loss):
+                raise self._diverged(f"training loss is {mean_loss} at step {self.step}")
+            wps = window["tokens"] / (time.perf_counter() - window["start"])
+            logger.scalars({"train/loss": mean_loss, "train/ppl": exp_or_inf(mean_loss), "train/lr": lr,
+                            "train/grad_norm": float(grad_norm), "train/wps": wps}, self.step)
+            bar.set_postfix(loss=f"{mean_loss:.3f}", ppl=f"{exp_or_inf(mean_loss):.1f}", wps=f"{wps:,.0f}",
+                            lr=f"{lr:.4g}")
+            totals["loss"] += mean_loss * window["tokens"]
+            totals["tokens"] += window["tokens"]
+            window.update(tokens=0, steps=0, start=time.perf_counter())
+            window["loss"].zero_()
+
+        for inputs, targets in self.minibatches(data):
+            # AWD rescales the learning rate with the sequence length, so short minibatches count less.
+            step_lr = lr * inputs.shape[0] / cfg.data.bptt if cfg.data.variable_bptt else lr
+            loss, grad_norm, state = self.train_step(inputs, targets, state, step_lr)
             self.step += 1
-            steps_in_window += 1
-            loss_sum += loss.detach() * targets.numel()
-            tokens += targets.numel()
+            window["loss"] += loss.double() * targets.numel()
+            window["tokens"] += targets.numel()
+            window["steps"] += 1
             bar.update(1)
-            last_step = cfg.trainer.max_steps is not None and self.step >= cfg.trainer.max_steps
-            if steps_in_window == cfg.trainer.log_every or last_step or index == steps_per_epoch - 1:
-                # The one host sync of the window: reading the loss also catches NaN early.
-                mean_loss = loss_sum.item() / tokens
-                if not math.isfinite(mean_loss):
-                    raise self._diverged(f"training loss is {mean_loss} at step {self.step}")
-                seconds = time.perf_counter() - window_start
-                wps = tokens / seconds
-                logger.scalars({"train/loss": mean_loss, "train/ppl": exp_or_inf(mean_loss), "train/lr": lr,
-                                "train/grad_norm": float(grad_norm), "train/wps": wps}, self.step)
-                bar.set_postfix(loss=f"{mean_loss:.3f}", ppl=f"{exp_or_inf(mean_loss):.1f}", wps=f"{wps:,.0f}",
-                                lr=f"{lr:.4g}")
-                epoch_loss += mean_loss * tokens
-                epoch_tokens += tokens
-                loss_sum.zero_()
-                tokens, steps_in_window = 0, 0
-                window_start = time.perf_counter()
-            if last_step:
+            if window["steps"] == cfg.trainer.log_every:
+                flush()
+            if self._step_cap_reached():
                 break
+        if window["tokens"]:
+            flush()
         seconds = time.perf_counter() - epoch_start
         self.train_seconds += seconds
-        return {"train_loss": epoch_loss / epoch_tokens, "train_ppl": exp_or_inf(epoch_loss / epoch_tokens),
-                "wps": epoch_tokens / seconds, "epoch_seconds": seconds}
+        mean = totals["loss"] / totals["tokens"]
+        return {"train_loss": mean, "train_ppl": exp_or_inf(mean), "wps": totals["tokens"] / seconds,
+                "epoch_seconds": seconds}
 
     def validate(self) -> float:
         d = self.cfg.data
@@ -225,26 +265,56 @@ class Trainer:
                            disable=not cfg.trainer.progress, leave=False, dynamic_ncols=True)
                 with bar:
                     stats = self.train_epoch(data, lr, logger, bar)
-                valid_ppl = self.validate()
-                if not math.isfinite(valid_ppl):
-                    raise self._diverged(f"validation perplexity is {valid_ppl}")
-                self.epoch = epoch
-                improved = valid_ppl < self.best_valid
-                self.best_valid = min(self.best_valid, valid_ppl)
+                with self.averaged_weights():  # under averaged SGD, validate and keep the averages
+                    valid_ppl = self.validate()
+                    if not math.isfinite(valid_ppl):
+                        raise self._diverged(f"validation perplexity is {valid_ppl}")
+                    self.epoch = epoch
+                    improved = valid_ppl < self.best_valid
+                    self.best_valid = min(self.best_valid, valid_ppl)
+                    if improved:
+                        checkpoint.save(self.state(), self.run_dir / checkpoint.BEST)
+                self.maybe_start_averaging(valid_ppl)
                 logger.scalars({"valid/ppl": valid_ppl, "best/valid_ppl": self.best_valid}, self.step)
                 record = {"epoch": epoch, "step": self.step, "lr": lr, "valid_ppl": valid_ppl, **stats}
                 logger.epoch(record)
                 log.info("epoch %d/%d  lr %.4g  train ppl %.2f  valid ppl %.2f  %s words/s  %.0fs%s", epoch,
                          cfg.trainer.epochs, lr, stats["train_ppl"], valid_ppl, f"{stats['wps']:,.0f}",
                          stats["epoch_seconds"], "  (best)" if improved else "")
-                payload = self.state()
-                if improved:
-                    checkpoint.save(payload, self.run_dir / checkpoint.BEST)
-                checkpoint.save(payload, self.run_dir / checkpoint.LAST)
+                checkpoint.save(self.state(), self.run_dir / checkpoint.LAST)
             metrics = self.test(logger)
         finally:
             logger.close()
         return metrics
+
+    @contextmanager
+    def averaged_weights(self):
+        """Under averaged SGD, put the running averages in the model for evaluation, then put back."""
+        if not self.averaging:
+            yield
+            return
+        params = [p for p in self.model.parameters() if "ax" in self.optimizer.state[p]]
+        current = [p.detach().clone() for p in params]
+        with torch.no_grad():
+            for p in params:
+                p.copy_(self.optimizer.state[p]["ax"])
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for p, value in zip(params, current, strict=True):
+                    p.copy_(value)
+
+    def maybe_start_averaging(self, valid_ppl: float) -> None:
+        """NT-ASGD (Merity et al.): switch SGD to averaged SGD once validation is worse than the best
+        of all epochs but the last ``nonmono``."""
+        t = self.cfg.trainer
+        history, self.valid_history = self.valid_history, [*self.valid_history, valid_ppl]
+        if t.optimizer == "ntasgd" and not self.averaging and len(history) > t.nonmono \
+                and valid_ppl > min(history[: -t.nonmono]):
+            log.info("switching to averaged SGD after epoch %d (NT-ASGD)", self.epoch)
+            self.optimizer = make_optimizer(self.model, t, averaging=True)
+            self.averaging = True
 
     def _diverged(self, what: str) -> TrainingDiverged:
         return TrainingDiverged(

@@ -1,0 +1,98 @@
+"""AWD-LSTM's regularizers: weight drop, locked and embedding dropout granularity, AR/TAR, variable
+BPTT, NT-ASGD, tied embeddings."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import TINY, run_cli
+from vdrnn.dropout import DropoutConfig, make_dropout
+from vdrnn.model import LanguageModel, ModelConfig
+
+V, B, T = 30, 5, 8
+
+
+def awd_model(**dropout) -> LanguageModel:
+    torch.manual_seed(0)
+    cfg = ModelConfig(num_layers=3, hidden_size=12, embedding_size=6, tie_weights=True, init="awd", init_range=0.1,
+                      impl="reference")
+    p = {"embedding": 0.1, "input": 0.4, "hidden": 0.25, "output": 0.4, "weight": 0.5, "embedding_mask": "batch"}
+    return LanguageModel(V, cfg, make_dropout(DropoutConfig(scheme="awd", **{**p, **dropout})))
+
+
+def test_sizes_and_tied_embeddings():
+    model = awd_model()
+    assert [(layer.input_size, layer.hidden_size) for layer in model.layers] == [(6, 12), (12, 12), (12, 6)]
+    assert model.decoder.weight is model.embedding.weight
+    assert torch.all(model.decoder.bias == 0)
+
+
+def test_weight_drop_mask_is_one_per_minibatch_and_resampled():
+    scheme = make_dropout(DropoutConfig(scheme="awd", weight=0.5))
+    x = torch.randn(T, B, 6)
+    first, second = scheme.layer_masks(x, 12, 4, 0).w_hh, scheme.layer_masks(x, 12, 4, 0).w_hh
+    assert first.shape == (48, 12) and not torch.equal(first, second)  # [4H, H], shared by samples and steps
+    assert (first == 0).float().mean().item() == pytest.approx(0.5, abs=0.1)
+
+
+def test_raw_w_hh_gets_gradients_is_never_overwritten_and_eval_uses_it():
+    model = awd_model(embedding=0.0, input=0.0, hidden=0.0, output=0.0)
+    raw = [layer.lstm.weight_hh_l0.detach().clone() for layer in model.layers]
+    tokens = torch.randint(0, V, (T, B))
+    logits, _ = model(tokens, model.initial_state(B, "cpu"))
+    logits.sum().backward()
+    for layer, before in zip(model.layers, raw, strict=True):
+        w = layer.lstm.weight_hh_l0
+        assert torch.equal(w, before) and w.grad is not None and w.grad.abs().sum() > 0
+        assert (w.grad == 0).float().mean() > 0.3  # dropped entries get no gradient this minibatch
+    model.eval()
+    a, _ = model(tokens, model.initial_state(B, "cpu"))
+    b, _ = model(tokens, model.initial_state(B, "cpu"))
+    assert torch.equal(a, b)  # evaluation: the raw weights, no mask
+    plain = torch.nn.LSTM(6, 12)
+    plain.load_state_dict(model.layers[0].lstm.state_dict())
+    assert torch.allclose(model.layers[0](model.embedding(tokens), model.initial_state(B, "cpu")[0])[0],
+                          plain(model.embedding(tokens))[0], atol=1e-6)
+
+
+def test_embedding_mask_per_batch_and_locked_masks_per_sample():
+    scheme = make_dropout(DropoutConfig(scheme="awd", embedding=0.5, input=0.5, embedding_mask="batch"))
+    tokens = torch.randint(0, 3, (40, B))
+    mask = scheme.word_type_mask(tokens, 3)
+    for word in range(3):  # one draw per word type, shared by every sequence of the batch
+        assert mask[tokens == word].unique().numel() == 1
+    locked = scheme.layer_masks(torch.randn(T, B, 6), 12, 4, 0).x
+    assert locked.shape == (B, 6) and not all(torch.equal(locked[0], locked[b]) for b in range(1, B))
+    shared = make_dropout(DropoutConfig(scheme="awd", input=0.5, locked_mask="batch"))
+    assert shared.layer_masks(torch.randn(T, B, 6), 12, 4, 0).x.shape == (1, 6)
+
+
+def test_hidden_probability_applies_to_layers_above_the_first():
+    cfg = DropoutConfig(scheme="awd", input=0.65, hidden=0.3)
+    assert (cfg.input_p(0), cfg.input_p(1), cfg.input_p(2)) == (0.65, 0.3, 0.3)
+    assert DropoutConfig(scheme="variational", input=0.5).input_p(1) == 0.5
+
+
+def awd_cli(tmp_path, corpus, *extra):
+    tiny = [a for a in TINY if not a.startswith(("model=", "model.hidden_size", "data.bptt"))]
+    return run_cli("train", "experiment=awd_ptb", *tiny, "model.hidden_size=16", "model.embedding_size=8",
+                   "data.bptt=6", f"data.root={corpus}", "hydra.run.dir=run", *extra, cwd=tmp_path)
+
+
+@pytest.mark.slow
+def test_awd_preset_trains_with_nt_asgd_switch_and_variable_bptt(tmp_path, tiny_corpus):
+    # nonmono=1 and a large lr make the switch to averaged SGD happen within a few epochs.
+    result = awd_cli(tmp_path, tiny_corpus, "trainer.epochs=4", "trainer.nonmono=1", "trainer.lr=60")
+    log = result.stderr + result.stdout
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 4 and "switching to averaged SGD" in log
+    last = torch.load(tmp_path / "run" / "last.pt", weights_only=True)
+    assert last["averaging"] and "ax" in str(last["optimizer"]["state"][0].keys())
+    # Variable BPTT: the step count differs from the fixed-length count of an epoch.
+    fixed = -(-((len(tiny_corpus.joinpath("ptb.train.txt").read_text().split()) + 400) // 4 - 1) // 6)
+    assert records[0]["step"] != fixed
+    assert math.isfinite(json.loads((tmp_path / "run" / "metrics.json").read_text())["test_ppl"])
