@@ -18,7 +18,6 @@ Why processes side by side: at batch 20 one job leaves the GPU mostly idle.
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
 import time
@@ -28,8 +27,8 @@ ROWS = ["none", "moon", "moon_emb", "zaremba", "variational", "variational_untie
 
 
 def vdrnn_command() -> list[str]:
-    exe = shutil.which("vdrnn")
-    return [exe] if exe else [sys.executable, "-m", "vdrnn.cli"]
+    # This interpreter's vdrnn, whatever `vdrnn` on PATH belongs to.
+    return [sys.executable, "-m", "vdrnn.cli"]
 
 
 def main() -> None:

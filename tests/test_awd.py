@@ -8,8 +8,8 @@ import math
 
 import pytest
 import torch
-
 from conftest import TINY, run_cli
+
 from vdrnn.dropout import DropoutConfig, make_dropout
 from vdrnn.model import LanguageModel, ModelConfig
 

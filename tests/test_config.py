@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from vdrnn.config import from_dict, to_container
 from vdrnn.errors import ConfigError
+from vdrnn.sentiment import config as sentiment_config
 
 CONF = resources.files("vdrnn.conf")
 GROUPS = {g: sorted(p.name[:-5] for p in CONF.joinpath(g).iterdir() if p.name.endswith(".yaml"))
@@ -22,6 +23,18 @@ def composed(*overrides: str):
         return compose(config_name="config", overrides=list(overrides))
 
 
+def validated(cfg):
+    """Validate as `vdrnn train` does: PTB through vdrnn.config, sentiment datasets through their task's module."""
+    raw = to_container(cfg)
+    return from_dict(raw) if raw["data"]["name"] == "ptb" else sentiment_config.from_dict(raw)
+
+
+SENTIMENT_PRESETS = [f"{data}_{cell}_{scheme}" for data in ("imdb", "scale") for cell in ("lstm", "gru")
+                     for scheme in ("none", "zaremba", "variational")]
+# Options that only make sense with a sentiment dataset (the language model is an LSTM).
+NEEDS_SENTIMENT = {("cell", "gru"), ("cell", "rnn")}
+
+
 def test_groups_have_the_options_the_paper_needs():
     assert set(GROUPS["dropout"]) >= {"none", "zaremba", "moon", "moon_emb", "variational", "variational_untied"}
     assert set(GROUPS["model"]) >= {"small", "medium", "large", "awd"}
@@ -31,10 +44,52 @@ def test_groups_have_the_options_the_paper_needs():
     assert "awd_ptb" in GROUPS["experiment"]
 
 
+def test_groups_have_the_sentiment_options():
+    assert {"imdb", "scale"} <= set(GROUPS["dataset"]) and "sentiment" in GROUPS["model"]
+    assert set(GROUPS["cell"]) == {"lstm", "gru", "rnn"}
+    assert set(SENTIMENT_PRESETS) <= set(GROUPS["experiment"])
+
+
 @pytest.mark.parametrize("group,option", [(g, o) for g, opts in GROUPS.items() for o in opts])
 def test_every_option_composes_and_validates(group, option):
-    cfg = from_dict(to_container(composed(f"{group}={option}")))
-    assert cfg.data.name == "ptb"
+    extra = ["dataset=imdb", "model=sentiment"] if (group, option) in NEEDS_SENTIMENT else []
+    cfg = validated(composed(*extra, f"{group}={option}"))
+    if group == "dataset":
+        assert cfg.data.name == option
+    elif extra:
+        assert cfg.data.name == "imdb"
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
+@pytest.mark.parametrize("dropout", ["none", "zaremba", "variational", "variational_untied"])
+def test_sentiment_runs_every_cell_with_every_applicable_scheme(cell, dropout):
+    cfg = validated(composed("dataset=imdb", "model=sentiment", f"cell={cell}", f"dropout={dropout}"))
+    assert (cfg.model.cell, cfg.model.hidden_size, cfg.trainer.optimizer) == (cell, 128, "adam")
+    assert cfg.dropout.per_gate == (dropout == "variational_untied")
+
+
+@pytest.mark.parametrize("cell", ["gru", "rnn"])
+def test_moon_on_a_cell_without_cell_state_is_refused(cell):
+    with pytest.raises(ConfigError, match=f"dropout=moon cannot run on cell={cell}"):
+        validated(composed("dataset=imdb", f"cell={cell}", "dropout=moon"))
+
+
+@pytest.mark.parametrize("preset", SENTIMENT_PRESETS)
+def test_sentiment_presets_follow_gals_scripts_and_name_their_command(preset):
+    data, cell, scheme = preset.split("_")
+    cfg = validated(composed(f"experiment={preset}"))
+    assert (cfg.data.name, cfg.model.cell, cfg.dropout.scheme) == (data, cell, scheme)
+    assert (cfg.model.hidden_size, cfg.data.batch_size, cfg.data.max_length, cfg.data.vocab_size) == (128, 128, 200, 20000)
+    assert (cfg.trainer.optimizer, cfg.trainer.lr, cfg.trainer.weight_decay) == ("adam", 1e-3, 2e-6)
+    if scheme == "variational":
+        d = cfg.dropout
+        assert d.embedding == d.input == d.recurrent == d.output == 0.5
+    if scheme != "none":
+        assert cfg.eval.mode == "mc" and cfg.eval.samples == 50
+    if data == "scale":
+        assert cfg.data.test_fraction == 0.2
+    header = CONF.joinpath("experiment", f"{preset}.yaml").read_text()
+    assert f"vdrnn train experiment={preset}" in header and "Expect:" in header
 
 
 def test_defaults_are_the_medium_variational_model():

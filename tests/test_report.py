@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 
 import pytest
-
 from conftest import TINY, run_cli
 
 pytestmark = pytest.mark.slow

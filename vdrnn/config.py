@@ -52,6 +52,8 @@ class TrainerConfig:
     weight_decay: float = 0.0
     weight_decay_mode: str = "gal"
     amp: str = "off"
+    cuda_graph: str = "auto"
+    loss: str = "sum_over_time"
     ar: float = 0.0
     tar: float = 0.0
     nonmono: int = 5
@@ -66,6 +68,10 @@ class TrainerConfig:
             raise ConfigError(f"trainer.amp={self.amp!r}; choose one of {', '.join(AMP_MODES)}")
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"trainer.optimizer={self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+        if self.loss not in ("sum_over_time", "mean"):
+            raise ConfigError(f"trainer.loss={self.loss!r}; choose `sum_over_time` (Zaremba, Gal) or `mean` (AWD)")
+        if self.cuda_graph not in ("auto", "off"):
+            raise ConfigError(f"trainer.cuda_graph={self.cuda_graph!r}; choose `auto` or `off`")
         if self.weight_decay_mode not in ("gal", "l2"):
             raise ConfigError(f"trainer.weight_decay_mode={self.weight_decay_mode!r}; choose `gal` or `l2`")
         if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
@@ -107,7 +113,7 @@ class RunConfig:
     checkpoint: str | None = None
 
 
-def _build(cls, values: dict[str, Any], where: str):
+def build(cls, values: dict[str, Any], where: str):
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
@@ -123,15 +129,15 @@ def to_container(cfg: DictConfig) -> dict[str, Any]:
 def from_dict(raw: dict[str, Any]) -> RunConfig:
     """Validate a composed config (a plain dict, e.g. from ``to_container`` or a checkpoint)."""
     cell = raw.get("cell") or {}
-    model = _build(ModelConfig, {**raw["model"], "cell": cell.get("type", "lstm"), "gates": cell.get("gates", "tied")},
+    model = build(ModelConfig, {**raw["model"], "cell": cell.get("type", "lstm"), "gates": cell.get("gates", "tied")},
                    "model")
-    dropout = _build(DropoutConfig, {**raw["dropout"], "per_gate": model.gates == "untied"}, "dropout")
+    dropout = build(DropoutConfig, {**raw["dropout"], "per_gate": model.gates == "untied"}, "dropout")
     return RunConfig(
-        data=_build(DataConfig, raw["data"], "data"),
+        data=build(DataConfig, raw["data"], "data"),
         model=model,
         dropout=dropout,
-        trainer=_build(TrainerConfig, raw["trainer"], "trainer"),
-        eval=_build(EvalConfig, raw["eval"], "eval"),
+        trainer=build(TrainerConfig, raw["trainer"], "trainer"),
+        eval=build(EvalConfig, raw["eval"], "eval"),
         seed=int(raw.get("seed", 1)),
         device=str(raw.get("device", "auto")),
         resume=raw.get("resume"),

@@ -3,6 +3,12 @@
 Runs are found by their ``metrics.json`` anywhere under the given folders (a run dir, a sweep dir, or
 several). Runs that differ only by seed form one row, reported as mean ± std over seeds. A row is named
 after its experiment preset's Table 1 row (``paper.row``) or, for ad-hoc runs, after its dropout scheme.
+
+Sentiment runs (``dataset=imdb|scale``) get a table per dataset, one row per cell x scheme: test
+accuracy, NLL, ECE and entropy (IMDB) or RMSE (scale) of the best-validation checkpoint, with weight
+scaling and MC dropout; and the test error per epoch, one line per scheme and a panel per cell, as
+Gal & Ghahramani's sentiment figures (those curves follow every epoch's weights; the table's numbers
+are the best-validation checkpoint's).
 """
 
 from __future__ import annotations
@@ -49,11 +55,21 @@ def row_identity(metrics: dict[str, Any]) -> tuple[str, str]:
     return name, size
 
 
-def collect(folders: list[Path]) -> list[Row]:
-    rows: dict[tuple[str, str], Row] = {}
+def find_runs(folders: list[Path]):
+    """(path of metrics.json, its content) of every finished run under ``folders``."""
     for folder in folders:
         for path in sorted(Path(folder).rglob("metrics.json")):
-            metrics = json.loads(path.read_text())
+            yield path, json.loads(path.read_text())
+
+
+def dataset_of(metrics: dict[str, Any]) -> str:
+    return (metrics.get("config") or {}).get("data", {}).get("name", "ptb")
+
+
+def collect(folders: list[Path]) -> list[Row]:
+    rows: dict[tuple[str, str], Row] = {}
+    for path, metrics in find_runs(folders):
+        if dataset_of(metrics) == "ptb":
             key = row_identity(metrics)
             row = rows.setdefault(key, Row(name=key[0], size=key[1], paper=metrics.get("paper")))
             row.runs.append(metrics)
@@ -69,12 +85,12 @@ def collect(folders: list[Path]) -> list[Row]:
     return sorted(rows.values(), key=order)
 
 
-def mean_std(values: list[float]) -> str:
+def mean_std(values: list[float], digits: int = 1) -> str:
     if not values:
         return "–"
     if len(values) == 1:
-        return f"{values[0]:.1f}"
-    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def paper_value(row: Row, key: str) -> str:
@@ -100,8 +116,8 @@ def table(rows: list[Row]) -> list[list[str]]:
     return lines
 
 
-def markdown(lines: list[list[str]]) -> str:
-    out = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+def markdown(lines: list[list[str]], columns: list[str] = COLUMNS) -> str:
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     out += ["| " + " | ".join(line) + " |" for line in lines]
     return "\n".join(out) + "\n"
 
@@ -133,28 +149,143 @@ def plot(rows: list[Row], path: Path) -> None:
     plt.close(fig)
 
 
-def write_report(folders: list[Path], out: Path) -> str:
+# ----------------------------------------------------------------------------- sentiment runs
+CELL_ORDER = ["lstm", "gru", "rnn"]
+SCHEME_ORDER = ["none", "zaremba", "moon", "moon_emb", "variational", "variational (untied)"]
+# Per dataset: (metric, column title, digits, x100), the per-epoch error curve and its axis label.
+SENTIMENT_METRICS = {
+    "imdb": [("accuracy", "accuracy (%)", 2, True), ("nll", "NLL", 4, False), ("ece", "ECE", 4, False),
+             ("entropy", "entropy", 4, False)],
+    "scale": [("rmse", "RMSE", 4, False)],
+}
+CURVES = {"imdb": (lambda r: 100 * (1 - r["test_accuracy"]), "test error (%)"),
+          "scale": (lambda r: r["test_rmse"], "test RMSE")}
+
+
+@dataclass
+class SentimentRow:
+    cell: str
+    scheme: str
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    curves: list[list[float]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.cell.upper()} · {self.scheme}"
+
+
+def scheme_name(config: dict[str, Any]) -> str:
+    scheme = config.get("dropout", {}).get("scheme", "?")
+    untied = config.get("cell", {}).get("gates") == "untied" and scheme == "variational"
+    return scheme + (" (untied)" if untied else "")
+
+
+def collect_sentiment(folders: list[Path]) -> dict[str, list[SentimentRow]]:
+    """dataset -> rows (cell x scheme, seeds together), in the order LSTM, GRU, RNN x none ... variational."""
+    found: dict[str, dict[tuple[str, str], SentimentRow]] = {}
+    for path, metrics in find_runs(folders):
+        dataset = dataset_of(metrics)
+        if dataset not in SENTIMENT_METRICS:
+            continue
+        config = metrics["config"]
+        key = (config.get("cell", {}).get("type", "lstm"), scheme_name(config))
+        row = found.setdefault(dataset, {}).setdefault(key, SentimentRow(*key))
+        row.runs.append(metrics)
+        history = path.parent / "metrics.jsonl"
+        if history.exists():
+            row.curves.append([CURVES[dataset][0](r) for r in read_jsonl(history)])
+
+    def order(row: SentimentRow):
+        return _rank(CELL_ORDER, row.cell), _rank(SCHEME_ORDER, row.scheme), row.name
+
+    return {dataset: sorted(rows.values(), key=order) for dataset, rows in sorted(found.items())}
+
+
+def _rank(known: list[str], item: str) -> int:
+    return known.index(item) if item in known else len(known)
+
+
+def sentiment_columns(dataset: str) -> list[str]:
+    titles = [title for _, title, _, _ in SENTIMENT_METRICS[dataset]]
+    return ["row", "seeds", *titles, *(f"MC {t}" for t in titles), "epochs", "wall time (min)"]
+
+
+def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
+    lines = []
+    for row in rows:
+        cells = {}
+        for suffix in ("", "_mc"):
+            for key, _, digits, percent in SENTIMENT_METRICS[dataset]:
+                values = [r[f"test_{key}{suffix}"] * (100 if percent else 1) for r in row.runs
+                          if r.get(f"test_{key}{suffix}") is not None]
+                cells[key + suffix] = mean_std(values, digits)
+        keys = [key for key, _, _, _ in SENTIMENT_METRICS[dataset]]
+        wall = [(r.get("train_seconds") or 0) + (r.get("eval_seconds") or 0) for r in row.runs]
+        lines.append([row.name, str(len(row.runs)), *(cells[k] for k in keys), *(cells[k + "_mc"] for k in keys),
+                      mean_std([r["epochs"] for r in row.runs], 0), f"{statistics.mean(wall) / 60:.1f}"])
+    return lines
+
+
+def plot_sentiment(dataset: str, rows: list[SentimentRow], path: Path) -> None:
+    """Test error per epoch (mean over seeds, over the epochs all seeds reached): a panel per cell, a line per scheme."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = list(dict.fromkeys(r.cell for r in rows if r.curves)) or ["lstm"]
+    fig, axes = plt.subplots(1, len(cells), figsize=(6.5 * len(cells), 4.5), squeeze=False)
+    for ax, cell in zip(axes[0], cells, strict=True):
+        for row in (r for r in rows if r.cell == cell and r.curves):
+            epochs = min(len(c) for c in row.curves)
+            mean = [statistics.mean(c[e] for c in row.curves) for e in range(epochs)]
+            ax.plot(range(1, epochs + 1), mean, marker="." if epochs < 30 else None,
+                    label=f"{row.scheme} (n={len(row.curves)})")
+        ax.set(title=f"{dataset}, {cell.upper()}: test error per epoch", xlabel="epoch", ylabel=CURVES[dataset][1])
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_table(lines: list[list[str]], columns: list[str], stem: Path) -> str:
+    text = markdown(lines, columns)
+    stem.with_suffix(".md").write_text(text)
+    with open(stem.with_suffix(".csv"), "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        writer.writerows(lines)
+    return text
+
+
+def write_report(folders: list[Path], out: Path) -> tuple[str, list[Path]]:
+    """Write the tables and plots of every run under ``folders`` into ``out``: (the tables as text, files written)."""
     rows = collect(folders)
-    if not rows:
+    sentiment = collect_sentiment(folders)
+    if not rows and not sentiment:
         raise SystemExit(f"error: no metrics.json under {', '.join(map(str, folders))}; point at run or sweep dirs")
     out.mkdir(parents=True, exist_ok=True)
-    lines = table(rows)
-    text = markdown(lines)
-    (out / "table.md").write_text(text)
-    with open(out / "table.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(COLUMNS)
-        writer.writerows(lines)
-    plot(rows, out / "valid_ppl.png")
-    return text
+    texts, written = [], []
+    if rows:
+        texts.append(write_table(table(rows), COLUMNS, out / "table"))
+        plot(rows, out / "valid_ppl.png")
+        written += [out / "table.md", out / "table.csv", out / "valid_ppl.png"]
+    for dataset, dataset_rows in sentiment.items():
+        text = write_table(sentiment_table(dataset, dataset_rows), sentiment_columns(dataset), out / f"{dataset}_table")
+        texts.append(f"{dataset}: test metrics of the best-validation checkpoints\n\n{text}")
+        plot_sentiment(dataset, dataset_rows, out / f"{dataset}_test_curves.png")
+        written += [out / f"{dataset}_table.md", out / f"{dataset}_table.csv", out / f"{dataset}_test_curves.png"]
+    return "\n".join(texts), written
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="vdrnn report", description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+", type=Path, help="run or sweep dirs holding metrics.json files")
-    parser.add_argument("--out", type=Path, default=None, help="where table.md, table.csv and valid_ppl.png go "
+    parser.add_argument("--out", type=Path, default=None, help="where the tables (.md, .csv) and plots (.png) go "
                                                                "(default: the first folder)")
     args = parser.parse_args(argv)
     out = args.out or args.folders[0]
-    print(write_report(args.folders, out), end="")
-    print(f"\nwrote {out / 'table.md'}, {out / 'table.csv'}, {out / 'valid_ppl.png'}")
+    text, written = write_report(args.folders, out)
+    print(text, end="")
+    print(f"\nwrote {', '.join(map(str, written))}")

@@ -14,10 +14,6 @@ from typing import Any
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
-# Final metrics shown in TensorBoard's HParams tab (tag -> key in metrics.json); their values are
-# the scalars logged under the same tags.
-FINAL_METRICS = {"best/valid_ppl": "best_valid_ppl", "test/ppl": "test_ppl", "test/ppl_mc": "test_ppl_mc"}
-
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"a": {"b": 1}} -> {"a.b": 1}, with values TensorBoard's hparams accept (None -> "null")."""
@@ -34,14 +30,19 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 class RunLogger:
-    def __init__(self, run_dir: Path, config: dict[str, Any], purge_step: int | None = None):
+    """``final_tags`` maps the TensorBoard tags of the final numbers (shown in the HParams tab, whose
+    values are the scalars logged under the same tags) to their keys in metrics.json."""
+
+    def __init__(self, run_dir: Path, config: dict[str, Any], final_tags: dict[str, str],
+                 purge_step: int | None = None):
         self.run_dir = Path(run_dir)
+        self.final_tags = final_tags
         # purge_step drops events a crashed run wrote after its last checkpoint, so a resumed run's
         # curves have no duplicate steps.
         self.writer = SummaryWriter(log_dir=str(self.run_dir), purge_step=purge_step)
         if purge_step is None:
             hp = {k: v for k, v in flatten(config).items() if not k.startswith("hydra")}
-            for summary in hparams(hp, {name: 0.0 for name in FINAL_METRICS}):
+            for summary in hparams(hp, {tag: 0.0 for tag in final_tags}):
                 self.writer.file_writer.add_summary(summary)
 
     def scalars(self, values: dict[str, float], step: int) -> None:
@@ -53,7 +54,7 @@ class RunLogger:
             f.write(json.dumps(record) + "\n")
 
     def final(self, metrics: dict[str, Any], step: int) -> None:
-        self.scalars({tag: metrics[key] for tag, key in FINAL_METRICS.items() if metrics.get(key) is not None}, step)
+        self.scalars({tag: metrics[key] for tag, key in self.final_tags.items() if metrics.get(key) is not None}, step)
         tmp = self.run_dir / ".metrics.json.tmp"
         tmp.write_text(json.dumps(metrics, indent=2) + "\n")
         tmp.replace(self.run_dir / "metrics.json")

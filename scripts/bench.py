@@ -1,0 +1,481 @@
+"""Time one training step of the 2-layer PTB language model, cuDNN vs the masked-recurrence paths.
+
+One step = forward, cross-entropy, backward, clip_grad_norm_, SGD update, at batch 20 x BPTT 35
+(700 tokens), vocabulary 10,000, for hidden 650 and 1500, in fp32 (TF32 products) and bf16 autocast:
+
+    cudnn      nn.LSTM (cuDNN), Zaremba dropout p=0.5, eager      -- the anchor
+    reference  vdrnn's Python step loop (impl=reference), variational tied / untied, eager
+    fast       the fused Triton recurrence (impl=fast) in a GraphedTrainStep, tied / untied
+    fast-eager the fused recurrence without the graph (to show what the graph buys)
+
+Times are CUDA-event medians over many steps after warm-up. Writes bench.md and bench.json to --out.
+
+    python scripts/bench.py --check --out results/bench          # correctness on the GPU, then the table
+    python scripts/bench.py --mc --data .devdata/ptb --no-steps   # MC-dropout evaluation time only
+    python scripts/bench.py --sweep --diag --profile              # tuning: block shapes, where time goes
+
+--sweep times one fused layer per block shape and runs the table with the fastest shape per size.
+
+Deliberately free of hydra/omegaconf (vdrnn.config): the GPU machine may lack them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vdrnn.dropout import DropoutConfig, LayerMasks, bernoulli_mask, make_dropout  # noqa: E402
+from vdrnn.graphed import GraphedTrainStep  # noqa: E402
+from vdrnn.model import LanguageModel, ModelConfig  # noqa: E402
+
+VOCAB, BATCH, BPTT = 10_000, 20, 35
+TOKENS = BATCH * BPTT
+CLIP = {650: 5.0, 1500: 10.0}
+INIT = {650: 0.05, 1500: 0.04}
+
+
+def dropout_for(variant: str) -> DropoutConfig:
+    if variant == "cudnn":
+        return DropoutConfig(scheme="zaremba", input=0.5, output=0.5)
+    per_gate = variant.endswith("untied")
+    return DropoutConfig(scheme="variational", embedding=0.3, input=0.5, recurrent=0.3, output=0.5,
+                         per_gate=per_gate)
+
+
+def build(hidden: int, variant: str) -> tuple[LanguageModel, torch.optim.Optimizer]:
+    impl = "reference" if variant.startswith("reference") else "fast"
+    model = LanguageModel(VOCAB, ModelConfig(hidden_size=hidden, init_range=INIT[hidden], impl=impl),
+                          make_dropout(dropout_for(variant))).cuda().train()
+    return model, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def time_steps(step_fn, batches, warmup: int, iters: int) -> list[float]:
+    """Per-step milliseconds from CUDA events, steps issued back to back as in training."""
+    state = None
+    for i in range(warmup):
+        state = step_fn(*batches[i % len(batches)], state)
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for i, (start, end) in enumerate(events):
+        start.record()
+        state = step_fn(*batches[i % len(batches)], state)
+        end.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in events]
+
+
+def make_step(model, optimizer, hidden: int, variant: str, amp: str):
+    """A closure (tokens, targets, state) -> state running one full training step."""
+    if variant.startswith("fast") and not variant.startswith("fast-eager"):
+        graphed = GraphedTrainStep(model, optimizer, clip=CLIP[hidden], batch_size=BATCH, bptt=BPTT, amp=amp)
+
+        def step(tokens, targets, state):
+            state = state or model.initial_state(BATCH, "cuda")
+            return graphed(tokens, targets, state)[2]
+        return step
+
+    dtype = torch.bfloat16 if amp == "bf16" else None
+
+    def step(tokens, targets, state):  # the trainer's eager step (vdrnn.train.Trainer.train_epoch)
+        state = state or model.initial_state(BATCH, "cuda")
+        state = [(h.detach(), c.detach()) for h, c in state]
+        with torch.autocast("cuda", dtype=dtype, enabled=dtype is not None):
+            logits, state = model(tokens, state)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP[hidden])
+        optimizer.step()
+        return state
+    return step
+
+
+def bench_configs(args, best: dict) -> list[dict]:
+    variants = ["cudnn", "reference-tied", "reference-untied", "fast-tied", "fast-untied", "fast-eager-tied"]
+    rows = []
+    gen = torch.Generator().manual_seed(0)
+    batches = [tuple(torch.randint(0, VOCAB, (BPTT, BATCH), generator=gen).cuda() for _ in range(2))
+               for _ in range(8)]
+    import vdrnn.fused as fused
+
+    for hidden in args.hidden:
+        for amp in args.amp:
+            for knob, value in zip(KNOBS, best.get((hidden, amp), [getattr(fused, k) for k in KNOBS]), strict=True):
+                setattr(fused, knob, value)  # the sweep's fastest block shape, if there was a sweep
+            for variant in variants:
+                if variant not in args.variants:
+                    continue
+                torch.manual_seed(0)
+                model, optimizer = build(hidden, variant)
+                step = make_step(model, optimizer, hidden, variant, amp)
+                slow = variant.startswith("reference") or variant.startswith("fast-eager")
+                iters = args.iters // 4 if slow else args.iters
+                started = time.perf_counter()
+                try:
+                    times = time_steps(step, batches, warmup=args.warmup, iters=iters)
+                except Exception as err:  # report and go on: one broken path must not hide the others
+                    print(f"  {hidden:5d} {amp:4s} {variant:18s} FAILED: {err!r}"[:500], flush=True)
+                    times = [float("nan")]
+                ms = statistics.median(times)
+                rows.append({"hidden": hidden, "amp": amp, "variant": variant, "ms": ms,
+                             "fused_config": {k: getattr(fused, k) for k in KNOBS},
+                             "p10": sorted(times)[len(times) // 10], "p90": sorted(times)[9 * len(times) // 10],
+                             "iters": iters, "wps": TOKENS / ms * 1e3})
+                print(f"  {hidden:5d} {amp:4s} {variant:18s} {ms:8.3f} ms/step  "
+                      f"({time.perf_counter() - started:.1f}s)", flush=True)
+                del model, optimizer, step
+                torch.cuda.empty_cache()
+    for row in rows:
+        anchor = next((r["ms"] for r in rows if r["variant"] == "cudnn" and r["hidden"] == row["hidden"]
+                       and r["amp"] == row["amp"]), float("nan"))
+        row["ratio"] = row["ms"] / anchor
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| hidden | precision | path | ms/step (p10-p90) | words/s | x cuDNN |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        precision = "bf16 autocast" if r["amp"] == "bf16" else "fp32 (TF32)"
+        lines.append(f"| {r['hidden']} | {precision} | {r['variant']} | {r['ms']:.2f} ({r['p10']:.2f}-{r['p90']:.2f}) "
+                     f"| {r['wps']:,.0f} | {r['ratio']:.2f} |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------- --check
+def check(hidden_sizes) -> list[dict]:
+    """Fast vs reference on fresh random inputs at the benchmark's sizes: relative errors."""
+    from vdrnn.fused import lstm_fused
+    from vdrnn.recurrent import lstm_reference
+
+    results = []
+    names = ["y", "h_T", "c_T", "dx", "dh0", "dc0", "dw_ih", "dw_hh", "db_ih", "db_hh"]
+    for hidden in hidden_sizes:
+        for kind in ("tied", "untied", "moon"):
+            for amp in ("fp32", "tf32", "bf16"):
+                torch.backends.cuda.matmul.allow_tf32 = amp == "tf32"
+                leaves = [torch.randn(BPTT, BATCH, hidden, device="cuda"),
+                          torch.randn(BATCH, hidden, device="cuda") * 0.5, torch.randn(BATCH, hidden, device="cuda"),
+                          torch.empty(4 * hidden, hidden, device="cuda").uniform_(-0.05, 0.05),
+                          torch.empty(4 * hidden, hidden, device="cuda").uniform_(-0.05, 0.05),
+                          torch.randn(4 * hidden, device="cuda") * 0.05, torch.randn(4 * hidden, device="cuda") * 0.05]
+                leaves = [t.requires_grad_() for t in leaves]
+                like = leaves[0]
+                if kind == "tied":
+                    masks = LayerMasks(x=bernoulli_mask((BATCH, hidden), 0.5, like),
+                                       h=bernoulli_mask((BATCH, hidden), 0.3, like))
+                elif kind == "untied":
+                    masks = LayerMasks(x=bernoulli_mask((BATCH, 4, hidden), 0.5, like),
+                                       h=bernoulli_mask((BATCH, 4, hidden), 0.3, like), per_gate=True)
+                else:
+                    masks = LayerMasks(c=torch.empty(BATCH, hidden, device="cuda").bernoulli_(0.5), c_scale=2.0)
+                weights = [torch.randn(s, device="cuda") for s in ((BPTT, BATCH, hidden), (BATCH, hidden), (BATCH, hidden))]
+                outs = []
+                for fn in (lstm_reference, lstm_fused):
+                    x, h0, c0, *params = leaves
+                    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp == "bf16"):
+                        y, (h, c) = fn(x, (h0, c0), tuple(params), masks)
+                    loss = (y.float() * weights[0]).sum() + (h * weights[1]).sum() + (c * weights[2]).sum()
+                    outs.append([y, h, c, *torch.autograd.grad(loss, leaves)])
+                errs = {n: ((o.float() - r.float()).norm() / r.float().norm()).item()
+                        for n, o, r in zip(names, outs[1], outs[0], strict=True)}
+                worst = max(errs, key=errs.get)
+                print(f"  check H={hidden} {kind:6s} {amp}: max rel err {errs[worst]:.2e} ({worst}); "
+                      + " ".join(f"{n}={e:.1e}" for n, e in errs.items()), flush=True)
+                results.append({"hidden": hidden, "kind": kind, "precision": amp, "errors": errs})
+    torch.backends.cuda.matmul.allow_tf32 = True
+    return results
+
+
+# ------------------------------------------------------------------------------------- --sweep
+# (BLOCK_H, BLOCK_K, num_warps, num_stages, PROGRAMS_PER_SM)
+SWEEP = [(16, 64, 4, 3, 3), (16, 64, 4, 3, 2), (16, 64, 4, 3, 4), (16, 64, 4, 3, 6), (16, 32, 4, 3, 3),
+         (16, 128, 4, 3, 3), (32, 64, 4, 3, 3)]
+KNOBS = ("BLOCK_H", "BLOCK_K", "NUM_WARPS", "NUM_STAGES", "PROGRAMS_PER_SM")
+
+
+def sweep(hidden_sizes, amps) -> list[dict]:
+    """One layer's fused forward+backward (tied masks, T=35, B=20), replayed as a CUDA graph, per
+    block shape. ms / 70 bounds the time of one step kernel."""
+    import vdrnn.fused as fused
+
+    rows = []
+    default = tuple(getattr(fused, k) for k in KNOBS)
+    for hidden in hidden_sizes:
+        for amp in amps:
+            x = torch.randn(BPTT, BATCH, hidden, device="cuda", requires_grad=True)
+            params = [torch.empty(4 * hidden, hidden, device="cuda").uniform_(-0.05, 0.05).requires_grad_()
+                      for _ in range(2)] + [torch.zeros(4 * hidden, device="cuda", requires_grad=True) for _ in range(2)]
+            state = (torch.randn(BATCH, hidden, device="cuda"), torch.randn(BATCH, hidden, device="cuda"))
+            masks = LayerMasks(h=bernoulli_mask((BATCH, hidden), 0.3, x))
+            grad_y = torch.randn(BPTT, BATCH, hidden, device="cuda")
+            for cfg in SWEEP:
+                for knob, value in zip(KNOBS, cfg, strict=True):
+                    setattr(fused, knob, value)
+
+                def fwd_bwd(x=x, state=state, params=params, masks=masks, grad_y=grad_y, amp=amp):
+                    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp == "bf16"):
+                        y, _ = fused.lstm_fused(x, state, tuple(params), masks)
+                    y.backward(grad_y)
+                try:
+                    side = torch.cuda.Stream()
+                    side.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(side):
+                        for _ in range(2):
+                            fwd_bwd()
+                    torch.cuda.current_stream().wait_stream(side)
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph):
+                        fwd_bwd()
+                    times = []
+                    for _ in range(30):
+                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        start.record()
+                        graph.replay()
+                        end.record()
+                        end.synchronize()
+                        times.append(start.elapsed_time(end))
+                    ms = statistics.median(times)
+                except Exception as err:  # a block shape the compiler refuses: report, go on
+                    print(f"  sweep H={hidden} {amp} {cfg}: failed: {err!r}"[:300], flush=True)
+                    continue
+                plan = fused._Plan(BATCH, hidden, x.device)
+                rows.append({"hidden": hidden, "amp": amp, "config": dict(zip(KNOBS, cfg, strict=True)),
+                             "split_fwd": plan.split_f, "split_bwd": 4 * plan.ks, "ms_fwd_bwd_layer": ms})
+                print(f"  sweep H={hidden:5d} {amp:4s} {','.join(map(str, cfg)):16s} splits {plan.split_f}/"
+                      f"{4 * plan.ks}: {ms:.3f} ms per layer fwd+bwd ({ms / (2 * BPTT) * 1e3:.1f} us per step "
+                      f"kernel at most)", flush=True)
+                del graph
+    for knob, value in zip(KNOBS, default, strict=True):
+        setattr(fused, knob, value)
+    return rows
+
+
+# ------------------------------------------------------------------------------------- --profile
+def profile(hidden_sizes, amps, out: Path) -> None:
+    """Device time per kernel name over 3 eager training steps of the fast path (no graph)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    gen = torch.Generator().manual_seed(1)
+    batch = tuple(torch.randint(0, VOCAB, (BPTT, BATCH), generator=gen).cuda() for _ in range(2))
+    lines = []
+    for hidden in hidden_sizes:
+        for amp in amps:
+            model, optimizer = build(hidden, "fast-eager-tied")
+            step = make_step(model, optimizer, hidden, "fast-eager-tied", amp)
+            state = None
+            for _ in range(3):
+                state = step(*batch, state)
+            torch.cuda.synchronize()
+            with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(3):
+                    state = step(*batch, state)
+                torch.cuda.synchronize()
+            events = sorted(prof.key_averages(), key=lambda e: -e.self_device_time_total)
+            total = sum(e.self_device_time_total for e in events) / 3
+            lines.append(f"profile H={hidden} {amp}: {total / 1e3:.3f} ms device time per step (kernels only)")
+            for e in events[:14]:
+                lines.append(f"  {e.self_device_time_total / 3 / 1e3:7.3f} ms/step {e.count // 3:5d}x "
+                             f"{e.self_device_time_total / max(e.count, 1):8.1f} us  {e.key[:90]}")
+            print("\n".join(lines[-15:]), flush=True)
+            del model, optimizer, step
+    (out / "profile.txt").write_text("\n".join(lines) + "\n")
+
+
+# ------------------------------------------------------------------------------------- --diag
+def graph_ms(fn, replays: int = 20) -> float:
+    """Median ms of one replay of a CUDA graph holding fn() (warmed up on a side stream first)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def diag(hidden_sizes) -> list[str]:
+    """Where the time of one step kernel goes: a trivial kernel of the same grid, cuBLAS's product of
+    the same shape, and the fused forward alone for several splits of the reduction (35 launches each)."""
+    import triton
+    import triton.language as tl
+
+    import vdrnn.fused as fused
+
+    @triton.jit
+    def _touch(x_ptr, BLOCK: tl.constexpr):
+        offs = (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs) + 1.0)
+
+    lines = []
+    for hidden in hidden_sizes:
+        grid = (triton.cdiv(hidden, 16), 8)
+        buf = torch.randn(grid[0] * grid[1] * 16, device="cuda")
+        ms = graph_ms(lambda buf=buf, grid=grid: [_touch[grid](buf, BLOCK=16) for _ in range(BPTT)])
+        lines.append(f"diag H={hidden}: trivial kernel, grid {grid}: {ms / BPTT * 1e3:.1f} us/launch")
+        for dtype in (torch.float32, torch.bfloat16):
+            h = torch.randn(BATCH, hidden, device="cuda", dtype=dtype)
+            w = torch.randn(4 * hidden, hidden, device="cuda", dtype=dtype)
+            out = torch.empty(BATCH, 4 * hidden, device="cuda", dtype=dtype)
+            ms = graph_ms(lambda h=h, w=w, out=out: [torch.mm(h, w.t(), out=out) for _ in range(BPTT)])
+            lines.append(f"diag H={hidden}: cuBLAS [B,H]x[H,4H] {str(dtype)[6:]}: {ms / BPTT * 1e3:.1f} us/step")
+        x = torch.randn(BPTT, BATCH, hidden, device="cuda")
+        params = (torch.empty(4 * hidden, hidden, device="cuda").uniform_(-0.05, 0.05),
+                  torch.empty(4 * hidden, hidden, device="cuda").uniform_(-0.05, 0.05),
+                  torch.zeros(4 * hidden, device="cuda"), torch.zeros(4 * hidden, device="cuda"))
+        state = (torch.randn(BATCH, hidden, device="cuda"), torch.randn(BATCH, hidden, device="cuda"))
+        masks = LayerMasks(h=bernoulli_mask((BATCH, hidden), 0.3, x))
+        tiles = triton.cdiv(hidden, fused.BLOCK_K)
+        for split in sorted({1, 2, 4, 8, tiles}):
+            fused.FORCE_SPLIT = (split, 1)
+            with torch.no_grad():
+                ms = graph_ms(lambda x=x, s=state, p=params, m=masks: fused.lstm_fused(x, s, p, m))
+            lines.append(f"diag H={hidden}: fused forward only (no grad), split {split}: {ms:.3f} ms per 35 steps "
+                         f"= {ms / BPTT * 1e3:.1f} us/step")
+        fused.FORCE_SPLIT = None
+        print("\n".join(lines[-(4 + len({1, 2, 4, 8, tiles})):]), flush=True)
+    return lines
+
+
+def ncu_target(hidden: int) -> None:
+    """A few eager forward+backward passes of one fused layer, for `ncu` to sample."""
+    import vdrnn.fused as fused
+
+    x = torch.randn(BPTT, BATCH, hidden, device="cuda", requires_grad=True)
+    params = [torch.empty(4 * hidden, hidden, device="cuda").uniform_(-0.05, 0.05).requires_grad_()
+              for _ in range(2)] + [torch.zeros(4 * hidden, device="cuda", requires_grad=True) for _ in range(2)]
+    state = (torch.randn(BATCH, hidden, device="cuda"), torch.randn(BATCH, hidden, device="cuda"))
+    masks = LayerMasks(h=bernoulli_mask((BATCH, hidden), 0.3, x))
+    for _ in range(3):
+        y, _ = fused.lstm_fused(x, state, tuple(params), masks)
+        y.sum().backward()
+    torch.cuda.synchronize()
+
+
+# ------------------------------------------------------------------------------------- --mc
+def mc_timing(data_dir: str, samples: int, batch: int, amp: str) -> dict:
+    from vdrnn.data.ptb import tokenize
+    from vdrnn.evaluate import mc_perplexity
+
+    folder = Path(data_dir)
+    read = lambda split: tokenize((folder / f"ptb.{split}.txt").read_text().splitlines())  # noqa: E731
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(read("train")))}
+    test = torch.tensor([vocab.get(w, vocab.get("<unk>", 0)) for w in read("test")], dtype=torch.long)
+    results = {}
+    for impl in ("fast", "reference"):
+        torch.manual_seed(0)
+        cfg = DropoutConfig(scheme="variational", embedding=0.2, input=0.5, recurrent=0.2, output=0.5)
+        model = LanguageModel(len(vocab), ModelConfig(hidden_size=650, impl=impl), make_dropout(cfg)).cuda().eval()
+        mc_perplexity(model, test[:2000], samples=batch, batch=batch, bptt=BPTT, amp=amp)  # warm-up / compile
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        n = test if impl == "fast" else test[: len(test) // 10]  # the reference gets a tenth, scaled up
+        ppl = mc_perplexity(model, n, samples=samples, batch=batch, bptt=BPTT, amp=amp)
+        torch.cuda.synchronize()
+        seconds = (time.perf_counter() - started) * len(test) / len(n)
+        results[impl] = {"seconds": seconds, "ppl_untrained": ppl, "measured_on_tokens": len(n)}
+        print(f"  MC {samples} samples, batch {batch}, {impl}: {seconds:.1f} s for the test set "
+              f"({len(test):,} tokens{'' if n is test else ', extrapolated from a tenth'})", flush=True)
+        del model
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="results/bench", help="folder for bench.md and bench.json")
+    parser.add_argument("--hidden", type=int, nargs="+", default=[650, 1500])
+    parser.add_argument("--amp", nargs="+", default=["off", "bf16"], choices=["off", "bf16"])
+    parser.add_argument("--variants", nargs="+",
+                        default=["cudnn", "reference-tied", "reference-untied", "fast-tied", "fast-untied",
+                                 "fast-eager-tied"])
+    parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--check", action="store_true", help="compare fast vs reference on the GPU first")
+    parser.add_argument("--mc", action="store_true", help="also time MC-dropout evaluation (1,000 samples)")
+    parser.add_argument("--mc-batch", type=int, default=1000)
+    parser.add_argument("--data", default=".devdata/ptb", help="folder holding ptb.{train,test}.txt (for --mc)")
+    parser.add_argument("--no-steps", action="store_true", help="skip the training-step table")
+    parser.add_argument("--sweep", action="store_true", help="also time the fused layer per block shape")
+    parser.add_argument("--profile", action="store_true", help="device time per kernel, eager fast path")
+    parser.add_argument("--diag", action="store_true", help="time a trivial kernel, cuBLAS and forward splits")
+    parser.add_argument("--ncu-target", type=int, default=0, help="only run one fused layer of this size (for ncu)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench.py needs CUDA")
+    import triton
+
+    torch.backends.cuda.matmul.allow_tf32 = True
+    if args.ncu_target:
+        ncu_target(args.ncu_target)
+        return
+    torch.backends.cudnn.allow_tf32 = True
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+            "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "batch": BATCH, "bptt": BPTT, "vocab": VOCAB}
+    print(f"{meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, CUDA {meta['cuda']}", flush=True)
+    report: dict = {"meta": meta}
+    md = [f"Training step, 2-layer LM, batch {BATCH} x BPTT {BPTT}, vocab {VOCAB:,}; {meta['gpu']}, "
+          f"torch {meta['torch']}, triton {meta['triton']}, CUDA {meta['cuda']}, {meta['date']}", ""]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every stage, so a run cut short still leaves what it measured
+        (out / "bench.md").write_text("\n".join(md) + "\n")
+        (out / "bench.json").write_text(json.dumps(report, indent=1) + "\n")
+
+    if args.check:
+        report["check"] = check(args.hidden)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        save()
+    if args.diag:
+        report["diag"] = diag(args.hidden)
+        (out / "diag.txt").write_text("\n".join(report["diag"]) + "\n")
+    if args.profile:
+        profile(args.hidden, args.amp, out)
+    best = {}
+    if args.sweep:  # before the steps: they then run with the fastest block shape per size and precision
+        report["sweep"] = sweep(args.hidden, args.amp)
+        for r in sorted(report["sweep"], key=lambda r: r["ms_fwd_bwd_layer"], reverse=True):
+            best[(r["hidden"], r["amp"])] = tuple(r["config"].values())
+        report["sweep_best"] = {f"{h} {a}": c for (h, a), c in best.items()}
+        print("sweep best:", report["sweep_best"], flush=True)
+        save()
+    if not args.no_steps:
+        rows = bench_configs(args, best)
+        report["steps"] = rows
+        md.append(table(rows))
+        save()
+    if args.mc:
+        report["mc"] = mc_timing(args.data, 1000, args.mc_batch, "off")
+        md += ["", "MC dropout, 1,000 samples, medium model, PTB test: "
+               + ", ".join(f"{k} {v['seconds']:.1f} s" for k, v in report["mc"].items())]
+        save()
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()

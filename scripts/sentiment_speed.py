@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Training steps per second of the sentiment presets' model on this machine (batch 128 x 200 tokens).
+
+    python scripts/sentiment_speed.py --steps 3          # every cell x scheme, a few steps each
+
+Used to size the presets' epochs for a GPU budget: multiply by the steps of an epoch (IMDB: 176,
+scale: about 75) and add the evaluation passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+from vdrnn.dropout import DropoutConfig, make_dropout
+from vdrnn.sentiment.config import SentimentModelConfig
+from vdrnn.sentiment.model import SentimentModel
+
+SCHEMES = {
+    "none": DropoutConfig(scheme="none"),
+    "zaremba": DropoutConfig(scheme="zaremba", input=0.5, output=0.5),
+    "variational": DropoutConfig(scheme="variational", embedding=0.5, input=0.5, recurrent=0.5, output=0.5),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--cells", nargs="+", default=["lstm", "gru"])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    batch, length, vocab = 128, 200, 20_000
+    for cell in args.cells:
+        for name, dropout in SCHEMES.items():
+            model = SentimentModel(vocab, 2, SentimentModelConfig(cell=cell), make_dropout(dropout)).to(args.device)
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            tokens = torch.randint(0, vocab, (length, batch), device=args.device)
+            lengths = torch.full((batch,), length, device=args.device)
+            labels = torch.randint(0, 2, (batch,), device=args.device)
+            for step in range(args.steps + 1):  # the first step warms up
+                if step == 1:
+                    if args.device != "cpu":
+                        torch.cuda.synchronize()
+                    start = time.perf_counter()
+                loss = F.cross_entropy(model(tokens, lengths), labels)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            if args.device != "cpu":
+                torch.cuda.synchronize()
+            seconds = (time.perf_counter() - start) / args.steps
+            print(f"{cell:5s} {name:12s} {seconds * 1000:8.0f} ms/step  {1 / seconds:6.2f} steps/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

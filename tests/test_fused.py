@@ -1,0 +1,231 @@
+"""The fused Triton recurrence (vdrnn.fused) against the reference loop, and the graphed training step.
+
+On a machine without CUDA the kernels run in Triton's interpreter on CPU tensors (TRITON_INTERPRET=1,
+set here before Triton is first imported); on a GPU the same tests run the compiled kernels.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+triton = pytest.importorskip("triton")
+
+from vdrnn.dropout import DropoutConfig, DropoutScheme, LayerMasks, bernoulli_mask, make_dropout  # noqa: E402
+from vdrnn.fused import lstm_fused  # noqa: E402
+from vdrnn.model import LanguageModel, ModelConfig  # noqa: E402
+from vdrnn.recurrent import lstm_reference  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if CUDA else "cpu")
+gpu = pytest.mark.skipif(not CUDA, reason="needs CUDA")
+
+if not CUDA:
+    from triton.runtime.interpreter import InterpretedFunction
+
+    # Triton decides at its first import whether kernels are interpreted; if another test module
+    # imported it earlier without TRITON_INTERPRET, the kernels cannot run on this CPU machine.
+    if not isinstance(triton.language.sigmoid, InterpretedFunction):
+        pytest.skip("Triton was imported before TRITON_INTERPRET=1 was set; run this file on its own",
+                    allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def exact_fp32():
+    """Compare in IEEE fp32: TF32 products would differ from the reference by ~1e-3 on their own."""
+    if not CUDA:
+        yield
+        return
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
+
+
+def make_masks(kind: str, steps: int, batch: int, inputs: int, hidden: int) -> LayerMasks:
+    like = torch.empty(0, device=DEVICE)
+    if kind == "none":
+        return LayerMasks()
+    if kind == "tied":
+        return LayerMasks(x=bernoulli_mask((batch, inputs), 0.4, like), h=bernoulli_mask((batch, hidden), 0.5, like))
+    if kind == "tied_h_only":
+        return LayerMasks(h=bernoulli_mask((batch, hidden), 0.3, like))
+    if kind == "fresh_x_tied_h":  # a per-step x mask [T, B, D] with a recurrent mask
+        return LayerMasks(x=bernoulli_mask((steps, batch, inputs), 0.5, like),
+                          h=bernoulli_mask((batch, hidden), 0.5, like))
+    if kind == "untied":
+        return LayerMasks(x=bernoulli_mask((batch, 4, inputs), 0.4, like),
+                          h=bernoulli_mask((batch, 4, hidden), 0.5, like), per_gate=True)
+    if kind == "untied_x_only":
+        return LayerMasks(x=bernoulli_mask((batch, 4, inputs), 0.5, like), per_gate=True)
+    if kind == "moon":
+        keep = torch.empty(batch, hidden, device=DEVICE).bernoulli_(0.6)
+        return LayerMasks(c=keep, c_scale=1 / 0.6)
+    raise ValueError(kind)
+
+
+def random_problem(steps: int, batch: int, inputs: int, hidden: int):
+    """Fresh inputs, state and weights (scaled so the gates are neither saturated nor linear)."""
+    x = torch.randn(steps, batch, inputs, device=DEVICE)
+    h0 = torch.randn(batch, hidden, device=DEVICE) * 0.5
+    c0 = torch.randn(batch, hidden, device=DEVICE)
+    params = [torch.randn(4 * hidden, inputs, device=DEVICE) / inputs**0.5,
+              torch.randn(4 * hidden, hidden, device=DEVICE) / hidden**0.5,
+              torch.randn(4 * hidden, device=DEVICE) * 0.1,
+              torch.randn(4 * hidden, device=DEVICE) * 0.1]
+    return [t.requires_grad_() for t in (x, h0, c0, *params)]
+
+
+def run_with_grads(fn, leaves, masks, weights):
+    x, h0, c0, *params = leaves
+    y, (h, c) = fn(x, (h0, c0), tuple(params), masks)
+    wy, wh, wc = weights
+    loss = (y.float() * wy).sum() + (h * wh).sum() + (c * wc).sum()
+    grads = torch.autograd.grad(loss, leaves)
+    return [y, h, c, *grads]
+
+
+NAMES = ["y", "h_T", "c_T", "dx", "dh0", "dc0", "dw_ih", "dw_hh", "db_ih", "db_hh"]
+
+
+@pytest.fixture(params=["default", "split"])
+def block_plan(request, monkeypatch):
+    """Default block shapes, and narrow K slices with the reduction split over several programs
+    (exercises the split-K partial sums and the last-arriver cell at these small sizes)."""
+    import vdrnn.fused as fused
+
+    if request.param == "split":
+        monkeypatch.setattr(fused, "BLOCK_K", 16)
+        monkeypatch.setattr(fused, "FORCE_SPLIT", (3, 2))
+    return request.param
+
+
+@pytest.mark.parametrize("hidden", [8, 33])
+@pytest.mark.parametrize("kind", ["none", "tied", "tied_h_only", "fresh_x_tied_h", "untied", "untied_x_only",
+                                  "moon"])
+def test_fused_matches_reference(kind, hidden, block_plan):
+    steps, batch, inputs = 5, 3, 7
+    leaves = random_problem(steps, batch, inputs, hidden)
+    masks = make_masks(kind, steps, batch, inputs, hidden)
+    weights = [torch.randn(s, device=DEVICE) for s in ((steps, batch, hidden), (batch, hidden), (batch, hidden))]
+    ref = run_with_grads(lstm_reference, leaves, masks, weights)
+    out = run_with_grads(lstm_fused, leaves, masks, weights)
+    errors = {name: rel(o, r) for name, o, r in zip(NAMES, out, ref, strict=True)}
+    assert all(e < 1e-3 for e in errors.values()), errors
+    assert out[0].dtype == ref[0].dtype and out[1].dtype == torch.float32
+
+
+def test_many_batch_blocks_and_inference(block_plan):
+    """More than one block of batch rows (B > 64), and the no-grad path that saves nothing."""
+    steps, batch, inputs, hidden = 2, 70, 5, 20
+    leaves = random_problem(steps, batch, inputs, hidden)
+    x, h0, c0, *params = leaves
+    masks = make_masks("untied", steps, batch, inputs, hidden)
+    with torch.no_grad():
+        y_ref, (h_ref, c_ref) = lstm_reference(x, (h0, c0), tuple(params), masks)
+        y, (h, c) = lstm_fused(x, (h0, c0), tuple(params), masks)
+    assert rel(y, y_ref) < 1e-3 and rel(h, h_ref) < 1e-3 and rel(c, c_ref) < 1e-3
+
+
+@gpu
+@pytest.mark.parametrize("kind", ["tied", "untied", "moon"])
+def test_fused_bf16_autocast_close_to_reference(kind, block_plan):
+    steps, batch, inputs, hidden = 7, 20, 48, 72
+    leaves = random_problem(steps, batch, inputs, hidden)
+    masks = make_masks(kind, steps, batch, inputs, hidden)
+    weights = [torch.randn(s, device=DEVICE) for s in ((steps, batch, hidden), (batch, hidden), (batch, hidden))]
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        ref = run_with_grads(lstm_reference, leaves, masks, weights)
+        out = run_with_grads(lstm_fused, leaves, masks, weights)
+    assert out[0].dtype == ref[0].dtype  # x_proj's dtype: bf16 when tied, fp32 when untied (+ fp32 bias)
+    errors = {name: rel(o, r) for name, o, r in zip(NAMES, out, ref, strict=True)}
+    assert all(e < 3e-2 for e in errors.values()), errors
+
+
+# ----------------------------------------------------------------------------------- graphed step
+class OnesMasks(DropoutScheme):
+    """Recurrent masks of ones: deterministic, yet the recurrence takes the masked (fused) path."""
+
+    def __init__(self, per_gate: bool):
+        super().__init__()
+        self.per_gate = per_gate
+
+    def layer_masks(self, x, hidden_size, gates, layer=0):
+        shape = (x.shape[1], gates, hidden_size) if self.per_gate else (x.shape[1], hidden_size)
+        return LayerMasks(h=torch.ones(shape, device=x.device), per_gate=self.per_gate)
+
+
+def train_three_steps(model, graphed: bool, amp: str, seed: int):
+    from vdrnn.graphed import GraphedTrainStep
+
+    vocab, batch, bptt = model.vocab_size, 4, 6
+    gen = torch.Generator().manual_seed(7)
+    data = torch.randint(0, vocab, (4 * bptt + 1, batch), generator=gen).to(DEVICE)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    step = GraphedTrainStep(model, optimizer, clip=0.25, batch_size=batch, bptt=bptt, weight_decay=1e-4, amp=amp)
+    torch.manual_seed(seed)
+    state = model.initial_state(batch, DEVICE)
+    losses = []
+    for i in range(3):
+        if i == 2:  # a new learning rate: the graph must be re-recorded
+            optimizer.param_groups[0]["lr"] = 0.5
+        inputs, targets = data[i * bptt:(i + 1) * bptt], data[i * bptt + 1:(i + 1) * bptt + 1]
+        loss, norm, state = (step if graphed else step.eager_step)(inputs, targets, state)
+        losses.append((loss.clone(), norm.clone()))
+    # The epoch's last, shorter minibatch takes the eager path.
+    loss, norm, state = step(data[3 * bptt:-2], data[3 * bptt + 1:-1], state)
+    losses.append((loss.clone(), norm.clone()))
+    return torch.tensor([[float(a), float(b)] for a, b in losses]), [p.detach().clone() for p in model.parameters()]
+
+
+def compare_graphed_with_eager(dropout, impl="fast", amp="off"):
+    torch.manual_seed(0)
+    model = LanguageModel(50, ModelConfig(hidden_size=32, impl=impl, init_range=0.1), dropout).to(DEVICE).train()
+    twin = copy.deepcopy(model)
+    eager_losses, eager_weights = train_three_steps(model, graphed=False, amp=amp, seed=123)
+    graph_losses, graph_weights = train_three_steps(twin, graphed=True, amp=amp, seed=123)
+    assert torch.isfinite(graph_losses).all()
+    torch.testing.assert_close(graph_losses, eager_losses, rtol=1e-4, atol=1e-5)
+    for a, b in zip(graph_weights, eager_weights, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@gpu
+def test_graphed_step_matches_eager_without_masks():
+    compare_graphed_with_eager(make_dropout(DropoutConfig(scheme="variational")))
+
+
+@gpu
+@pytest.mark.parametrize("per_gate", [False, True])
+def test_graphed_step_matches_eager_on_fused_path(per_gate):
+    compare_graphed_with_eager(OnesMasks(per_gate))
+
+
+@gpu
+@pytest.mark.parametrize("per_gate", [False, True])
+def test_graphed_step_with_masks_draws_them_in_the_graph(per_gate):
+    """Masks drawn on the device inside the graph: fresh per replay, the same stream as eager."""
+    cfg = DropoutConfig(scheme="variational", embedding=0.2, input=0.5, recurrent=0.3, output=0.5,
+                        per_gate=per_gate)
+    compare_graphed_with_eager(make_dropout(cfg))
+
+
+@gpu
+def test_graphed_step_bf16_runs():
+    torch.manual_seed(0)
+    cfg = DropoutConfig(scheme="variational", input=0.5, recurrent=0.3, output=0.5)
+    model = LanguageModel(50, ModelConfig(hidden_size=32, impl="fast"), make_dropout(cfg)).to(DEVICE).train()
+    before = [p.detach().clone() for p in model.parameters()]
+    losses, after = train_three_steps(model, graphed=True, amp="bf16", seed=1)
+    assert torch.isfinite(losses).all()
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))

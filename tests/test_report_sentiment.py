@@ -1,0 +1,42 @@
+"""`vdrnn report` on sentiment runs: a table per dataset (cell x scheme, mean ± std over seeds) and test curves."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+from vdrnn import report
+
+
+def fake_run(folder, dataset, cell, scheme, gates, seed, accuracy):
+    folder.mkdir(parents=True)
+    config = {"data": {"name": dataset}, "cell": {"type": cell, "gates": gates}, "dropout": {"scheme": scheme},
+              "seed": seed}
+    if dataset == "imdb":
+        final = {"test_accuracy": accuracy, "test_nll": 0.3, "test_ece": 0.02, "test_entropy": 0.25,
+                 "test_accuracy_mc": accuracy + 0.01, "test_nll_mc": 0.29, "test_ece_mc": 0.01, "test_entropy_mc": 0.3}
+        epochs = [{"epoch": e, "test_accuracy": accuracy - 0.01 * (3 - e)} for e in (1, 2, 3)]
+    else:
+        final = {"test_rmse": 0.15, "test_rmse_mc": 0.14}
+        epochs = [{"epoch": e, "test_rmse": 0.2 - 0.01 * e} for e in (1, 2, 3)]
+    (folder / "metrics.json").write_text(json.dumps({**final, "epochs": 3, "train_seconds": 60, "config": config}))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in epochs))
+
+
+def test_sentiment_tables_group_cells_schemes_and_seeds(tmp_path):
+    runs = tmp_path / "runs"
+    for seed, acc in ((1, 0.85), (2, 0.87)):
+        fake_run(runs / f"gv{seed}", "imdb", "gru", "variational", "tied", seed, acc)
+        fake_run(runs / f"ln{seed}", "imdb", "lstm", "none", "tied", seed, acc - 0.02)
+    fake_run(runs / "lu", "imdb", "lstm", "variational", "untied", 1, 0.88)
+    fake_run(runs / "scale", "scale", "lstm", "zaremba", "tied", 1, None)
+    text, written = report.write_report([runs], tmp_path / "out")
+    with open(tmp_path / "out" / "imdb_table.csv") as f:
+        rows = {r["row"]: r for r in csv.DictReader(f)}
+    assert list(rows) == ["LSTM · none", "LSTM · variational (untied)", "GRU · variational"]
+    assert rows["GRU · variational"]["accuracy (%)"] == "86.00 ± 1.41" and rows["GRU · variational"]["seeds"] == "2"
+    assert rows["GRU · variational"]["MC accuracy (%)"] == "87.00 ± 1.41" and rows["LSTM · none"]["ECE"] == "0.0200 ± 0.0000"
+    assert "| LSTM · zaremba | 1 | 0.1500 | 0.1400 |" in text
+    assert not (tmp_path / "out" / "table.md").exists()  # no PTB runs, no PTB table
+    for name in ("imdb_test_curves.png", "scale_test_curves.png"):
+        assert (tmp_path / "out" / name).read_bytes().startswith(b"\x89PNG") and tmp_path / "out" / name in written

@@ -1,0 +1,164 @@
+"""Sentiment pieces without the real data: tokenizer, vocabulary, padding invariance, metrics, MC, config."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from vdrnn.data.text import PAD_ID, UNK, UNK_ID, build_vocab, chunks, pad, to_ids, tokenize
+from vdrnn.dropout import DropoutConfig, make_dropout
+from vdrnn.errors import ConfigError, DataError
+from vdrnn.sentiment.config import SentimentDataConfig, SentimentModelConfig
+from vdrnn.sentiment.data import CLASSIFICATION, Split, load_task
+from vdrnn.sentiment.evaluate import predict_mc
+from vdrnn.sentiment.metrics import classification_metrics, expected_calibration_error, rmse
+from vdrnn.sentiment.model import SentimentModel
+
+
+def test_tokenizer_lowercases_strips_html_and_splits_punctuation():
+    text = "A GREAT film!<br /><br />I didn't like the END...<i>really</i>"
+    assert tokenize(text) == ["a", "great", "film", "!", "i", "didn't", "like", "the", "end", ".", ".", ".",
+                              "really"]
+    assert "br" not in tokenize("one<br />two<br/>three")
+
+
+def test_vocabulary_is_most_frequent_first_with_pad_and_unk():
+    vocab = build_vocab([["b", "a", "b"], ["c", "b", "a"]], size=4)
+    assert vocab == ["<pad>", UNK, "b", "a"]
+    assert to_ids([["a", "zzz"], []], vocab) == [[3, UNK_ID], [UNK_ID]]
+
+
+def test_pad_keeps_the_last_tokens_and_chunks_cover_everything():
+    tokens, lengths = pad([[1, 2, 3, 4, 5], [7]], max_length=3)
+    assert tokens.tolist() == [[3, 4, 5], [7, PAD_ID, PAD_ID]] and lengths.tolist() == [3, 1]
+    assert chunks(list(range(5)), 2) == [[0, 1], [2, 3], [4]]
+
+
+@pytest.fixture
+def fake_imdb(tmp_path):
+    """An IMDB folder in the real file format; the word `testonly` appears only in the test set."""
+    for split in ("train", "test"):
+        with gzip.open(tmp_path / f"{split}.jsonl.gz", "wt", encoding="utf-8") as f:
+            for i in range(40):
+                word = "testonly" if split == "test" else "trainword"
+                text = f"Review {i}.<br /><br />{'good' if i % 2 else 'bad'} {word}"
+                f.write(json.dumps({"id": i, "rating": 8 if i % 2 else 2, "label": i % 2, "file": "", "text": text})
+                        + "\n")
+    return tmp_path
+
+
+def test_vocabulary_comes_from_training_reviews_only(fake_imdb):
+    task = load_task(SentimentDataConfig(root=str(fake_imdb), valid_fraction=0.25))
+    assert task.kind == CLASSIFICATION and (len(task.train), len(task.valid), len(task.test)) == (30, 10, 40)
+    assert "trainword" in task.vocab and "testonly" not in task.vocab and "br" not in task.vocab
+    assert UNK_ID in task.test.tokens.tolist()[0]
+
+
+def test_missing_imdb_files_are_a_data_error_that_says_what_to_put_where(tmp_path):
+    with pytest.raises(DataError, match="lacks train.jsonl.gz, test.jsonl.gz"):
+        load_task(SentimentDataConfig(root=str(tmp_path)))
+
+
+def model(cell_type: str, scheme: str, p: dict) -> SentimentModel:
+    torch.manual_seed(0)
+    dropout = make_dropout(DropoutConfig(scheme=scheme, **p))
+    return SentimentModel(30, 2, SentimentModelConfig(cell=cell_type, hidden_size=8, num_layers=2, impl="reference"),
+                          dropout)
+
+
+VARIATIONAL = dict(embedding=0.3, input=0.5, recurrent=0.5, output=0.5)
+
+
+@pytest.mark.parametrize("cell,scheme,p", [("lstm", "variational", VARIATIONAL), ("gru", "variational", VARIATIONAL),
+                                           ("rnn", "variational", VARIATIONAL), ("lstm", "moon", {"cell": 0.5})])
+def test_padding_never_changes_the_output(cell, scheme, p):
+    net = model(cell, scheme, p)
+    lengths = torch.tensor([5, 2, 7])
+    tokens = torch.randint(2, 30, (7, 3))
+    tokens[5:, 0], tokens[2:, 1] = PAD_ID, PAD_ID
+    padded = torch.cat([tokens, torch.zeros(6, 3, dtype=torch.long)])  # 6 more steps of padding
+    # Deterministic: a review alone, unpadded, gives what it gives inside a padded batch.
+    batch = net(padded, lengths, stochastic=False)
+    for i in range(3):
+        alone = net(tokens[: lengths[i], i : i + 1], lengths[i : i + 1], stochastic=False)
+        assert torch.allclose(alone, batch[i : i + 1], atol=1e-6)
+    # Under dropout: the masks have no time axis, so the same draws give the same outputs at any padding.
+    torch.manual_seed(1)
+    short = net(tokens, lengths, stochastic=True)
+    torch.manual_seed(1)
+    long = net(padded, lengths, stochastic=True)
+    assert torch.allclose(short, long, atol=1e-6)
+    assert not torch.allclose(short, net(tokens, lengths, stochastic=False))  # dropout did act
+
+
+def test_classification_metrics_on_a_hand_computed_example():
+    probs = torch.tensor([[0.9, 0.1], [0.6, 0.4], [0.3, 0.7], [0.2, 0.8], [0.88, 0.12]])
+    labels = torch.tensor([0, 1, 1, 1, 1])
+    m = classification_metrics(probs, labels)
+    assert m["accuracy"] == pytest.approx(3 / 5)
+    assert m["nll"] == pytest.approx(-(math.log(0.9) + math.log(0.4) + math.log(0.7) + math.log(0.8)
+                                       + math.log(0.12)) / 5)
+    # Bins of width 1/15: 0.9 and 0.88 share (13/15, 14/15]: accuracy 1/2, mean confidence 0.89.
+    # ECE = 2/5 * |0.5 - 0.89| + 1/5 * (|0 - 0.6| + |1 - 0.7| + |1 - 0.8|) = 1.88 / 5.
+    assert m["ece"] == pytest.approx(1.88 / 5)
+    entropy = [-(p * math.log(p) + (1 - p) * math.log(1 - p)) for p in (0.9, 0.6, 0.3, 0.2, 0.88)]
+    assert m["entropy"] == pytest.approx(sum(entropy) / 5)
+
+
+def test_ece_is_zero_when_calibrated_and_bins_count():
+    probs = torch.tensor([[0.5, 0.5]] * 4)
+    assert expected_calibration_error(probs, torch.tensor([0, 1, 0, 1])) == pytest.approx(0.0)
+    # One bin per example: 0.7 right and 0.7 wrong average to 0.5 in one bin (ECE 0.2), not 0.3 + 0.7.
+    assert expected_calibration_error(torch.tensor([[0.7, 0.3]] * 2), torch.tensor([0, 1])) == pytest.approx(0.2)
+
+
+def test_rmse_in_rating_units():
+    assert rmse(torch.tensor([1.0, -1.0]), torch.tensor([0.0, 0.0]), scale=0.2) == pytest.approx(0.2)
+
+
+class TwoFaced(nn.Module):
+    """Logits A on the first half of the columns of each call and B on the second (or A then B by call)."""
+
+    def __init__(self, a, b):
+        super().__init__()
+        self.anchor = nn.Parameter(torch.zeros(()))  # gives predict_mc a device
+        self.a, self.b, self.calls = torch.tensor(a), torch.tensor(b), 0
+
+    def forward(self, tokens, lengths, stochastic, word_dropout):
+        n = tokens.shape[1]
+        self.calls += 1
+        if n == 1:  # one replica per call: alternate by call
+            return (self.a if self.calls % 2 else self.b).expand(1, 2)
+        return torch.cat([self.a.expand(n // 2, 2), self.b.expand(n - n // 2, 2)])
+
+
+@pytest.mark.parametrize("per_pass", [1, 2])
+def test_mc_averages_probabilities_not_logits(per_pass):
+    a, b = [4.0, 0.0], [0.0, 1.0]
+    split = Split(torch.ones(1, 3, dtype=torch.long), torch.tensor([3]), torch.tensor([0]))
+    got = predict_mc(TwoFaced(a, b), split, CLASSIFICATION, samples=2, samples_per_pass=per_pass, batch_size=8)
+    expected = (torch.tensor(a).softmax(0) + torch.tensor(b).softmax(0)) / 2
+    assert torch.allclose(got[0], expected, atol=1e-6)
+    assert not torch.allclose(got[0], ((torch.tensor(a) + torch.tensor(b)) / 2).softmax(0), atol=1e-3)
+
+
+@pytest.mark.parametrize("raw_change,message", [
+    ({"cell": {"type": "gru", "gates": "tied"}, "dropout": {"scheme": "moon", "cell": 0.5}},
+     "dropout=moon cannot run on cell=gru: it drops the LSTM's cell state c_t"),
+    ({"data": {"name": "imdb", "test_fraction": 0.2}}, "IMDB has its own 25,000-review test set"),
+    ({"data": {"name": "scale"}}, "data.test_fraction=None must be in"),
+    ({"model": {"tie_weights": True}}, "model.tie_weights=true"),
+])
+def test_bad_sentiment_settings_are_refused_with_the_fix(raw_change, message):
+    from vdrnn.sentiment.config import from_dict
+
+    raw = {"data": {"name": "imdb"}, "model": {}, "cell": {"type": "lstm", "gates": "tied"},
+           "dropout": {"scheme": "none"}, "trainer": {"optimizer": "adam"}, "eval": {}}
+    raw.update(raw_change)
+    with pytest.raises(ConfigError, match=message):
+        from_dict(raw)

@@ -1,0 +1,111 @@
+"""The real `vdrnn` command on the real IMDB and scale data (subsets): outputs, TensorBoard, eval, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import run_cli
+from sentiment_data import real_data_dir
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from vdrnn.data import imdb, scale
+
+pytestmark = pytest.mark.slow
+
+# A small model on a few hundred reviews: seconds per run on 2 CPU cores.
+SMALL = ["model=sentiment", "model.hidden_size=16", "data.max_length=40", "data.limit=200", "data.batch_size=32",
+         "trainer.epochs=2", "trainer.log_every=2", "trainer.progress=false", "device=cpu"]
+CLASSIFICATION = ("accuracy", "nll", "ece", "entropy")
+
+
+@pytest.fixture(scope="module")
+def imdb_dir():
+    folder = real_data_dir("imdb", "train.jsonl.gz")
+    if folder is None:
+        pytest.skip("real IMDB not found (set VDRNN_DATA_DIR or put it in ../shared/data/imdb)")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def scale_dir():
+    folder = real_data_dir("scale_data", "scaledata")
+    if folder is None:
+        pytest.skip("real scale data not found (set VDRNN_DATA_DIR or put it in ../shared/data/scale_data)")
+    return folder
+
+
+def test_real_imdb_has_25k_balanced_reviews_per_split_and_scale_5006(imdb_dir, scale_dir):
+    reviews = imdb.load(str(imdb_dir))
+    for split in ("train", "test"):
+        assert len(reviews[split]) == imdb.EXPECTED_REVIEWS
+        assert sum(r.label for r in reviews[split]) == imdb.EXPECTED_REVIEWS // 2
+    assert "<br />" in reviews["train"][0].text or any("<br />" in r.text for r in reviews["train"][:50])
+    rated = scale.load(str(scale_dir))
+    assert len(rated) == scale.EXPECTED_REVIEWS and all(0 <= r.rating <= 1 for r in rated)
+
+
+@pytest.fixture(scope="module")
+def imdb_run(tmp_path_factory, imdb_dir):
+    cwd = tmp_path_factory.mktemp("cwd")
+    run_cli("train", "dataset=imdb", "cell=gru", "dropout=variational", *SMALL, f"data.root={imdb_dir}",
+            "eval=mc", "eval.samples=4", "eval.batch=2", "hydra.run.dir=run", cwd=cwd)
+    return cwd / "run"
+
+
+def test_imdb_run_writes_metrics_checkpoints_and_events(imdb_run):
+    metrics = json.loads((imdb_run / "metrics.json").read_text())
+    for key in CLASSIFICATION:
+        assert 0 <= metrics[f"test_{key}"] < 10 and 0 <= metrics[f"test_{key}_mc"] < 10
+    assert metrics["smoke"] and metrics["epochs"] == 2 and metrics["config"]["cell"]["type"] == "gru"
+    epochs = [json.loads(line) for line in (imdb_run / "metrics.jsonl").read_text().splitlines()]
+    assert [e["epoch"] for e in epochs] == [1, 2] and all("test_accuracy" in e and "valid_nll" in e for e in epochs)
+    assert min(e["valid_nll"] for e in epochs) == pytest.approx(metrics["best_valid_nll"])
+    for name in ("last.pt", "best.pt"):
+        payload = torch.load(imdb_run / name, weights_only=True)
+        assert payload["config"]["data"]["name"] == "imdb" and "module.weight_hh_l0" in "".join(payload["model"])
+    events = list(imdb_run.glob("events.out.tfevents.*"))
+    assert len(events) == 1  # hparams live in the run's own file
+    acc = EventAccumulator(str(imdb_run), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"train/loss", "train/lr", "train/grad_norm", "train/wps", "valid/accuracy", "best/valid_nll",
+            "test_per_epoch/accuracy", "test/accuracy", "test/accuracy_mc", "test/ece_mc"} <= tags
+    assert acc.Scalars("test/accuracy")[-1].value == pytest.approx(metrics["test_accuracy"], rel=1e-5)
+    assert b"dropout.recurrent" in b"".join(acc.PluginTagToContent("hparams").values())
+
+
+def test_eval_command_reproduces_the_test_numbers(imdb_run, imdb_dir):
+    run_cli("eval", f"checkpoint={imdb_run / 'best.pt'}", f"data.root={imdb_dir}", "device=cpu",
+            "hydra.run.dir=eval", cwd=imdb_run.parent)
+    evaluated = json.loads((imdb_run.parent / "eval" / "eval.json").read_text())
+    trained = json.loads((imdb_run / "metrics.json").read_text())
+    assert evaluated["test_accuracy"] == pytest.approx(trained["test_accuracy"])
+    assert evaluated["test_nll"] == pytest.approx(trained["test_nll"], rel=1e-6)
+
+
+def test_a_finished_run_resumes_from_last_pt_for_more_epochs(imdb_run, imdb_dir):
+    run_cli("train", "dataset=imdb", "cell=gru", "dropout=variational", *SMALL, f"data.root={imdb_dir}",
+            "eval=mc", "eval.samples=4", "eval.batch=2", "trainer.epochs=3", "hydra.run.dir=run", cwd=imdb_run.parent)
+    epochs = [json.loads(line)["epoch"] for line in (imdb_run / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == [1, 2, 3] and "resumed from" in (imdb_run / "vdrnn.log").read_text()
+
+
+def test_scale_regression_run_reports_rmse_both_ways(tmp_path, scale_dir):
+    run_cli("train", "experiment=scale_lstm_variational", *SMALL, "trainer.epochs=1", f"data.root={scale_dir}",
+            "eval.samples=3", "hydra.run.dir=run", cwd=tmp_path)
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    # Ratings are in [0, 1] with std ~0.2: any sane model's RMSE is well below 1.
+    assert 0 < metrics["test_rmse"] < 1 and 0 < metrics["test_rmse_mc"] < 1 and "best_valid_rmse" in metrics
+    assert metrics["config"]["data"]["name"] == "scale" and metrics["mc_samples"] == 3
+
+
+@pytest.mark.parametrize("args,message", [
+    (["cell=gru", "dropout=moon"], "dropout=moon cannot run on cell=gru"),
+    (["data.root=MISSING"], "lacks train.jsonl.gz, test.jsonl.gz"),
+])
+def test_clear_errors_without_traceback(tmp_path, args, message):
+    args = [a.replace("MISSING", str(tmp_path)) for a in args]
+    result = run_cli("train", "dataset=imdb", *SMALL, *args, "hydra.run.dir=run", cwd=tmp_path, check=False)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr

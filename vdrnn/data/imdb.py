@@ -1,0 +1,70 @@
+"""IMDB Large Movie Review Dataset v1.0 (Maas et al. 2011): 25,000 train and 25,000 test reviews, balanced.
+
+Where the reviews come from, in order: ``data.root`` (a folder holding ``train.jsonl.gz`` and
+``test.jsonl.gz``, one JSON object per line with fields ``id, rating, label, file, text``, label
+0 = negative, 1 = positive); ``$VDRNN_DATA_DIR/imdb``; ``datasets.load_dataset("imdb")`` for users
+with internet (Hugging Face's copy of the same 50,000 reviews).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from vdrnn.errors import DataError
+
+SPLITS = ("train", "test")
+EXPECTED_REVIEWS = 25_000  # per split, half of them positive
+
+
+@dataclass(frozen=True)
+class Review:
+    text: str  # raw, with its HTML line breaks
+    label: int  # 0 negative, 1 positive
+
+
+def file_names() -> list[str]:
+    return [f"{split}.jsonl.gz" for split in SPLITS]
+
+
+def load(root: str | None) -> dict[str, list[Review]]:
+    """{"train": [...], "test": [...]} in file order (sorted by label, then id)."""
+    if root:
+        return _read_folder(Path(root).expanduser(), f"data.root={root}")
+    env = os.environ.get("VDRNN_DATA_DIR")
+    if env and all((Path(env).expanduser() / "imdb" / f).is_file() for f in file_names()):
+        return _read_folder(Path(env).expanduser() / "imdb", "$VDRNN_DATA_DIR/imdb")
+    try:
+        return _from_hugging_face()
+    except Exception as err:  # no internet, no datasets cache, hub errors: all mean "not here"
+        where = f"$VDRNN_DATA_DIR/imdb (now {Path(env).expanduser() / 'imdb'})" if env else "$VDRNN_DATA_DIR/imdb"
+        raise DataError(
+            f"IMDB not found and datasets.load_dataset('imdb') failed ({type(err).__name__}: "
+            f"{str(err).splitlines()[0][:200] if str(err) else ''}). Put {', '.join(file_names())} "
+            f"(fields id, rating, label, file, text) in {where}, or pass data.root=/path/to/folder."
+        ) from err
+
+
+def _read_folder(folder: Path, origin: str) -> dict[str, list[Review]]:
+    missing = [f for f in file_names() if not (folder / f).is_file()]
+    if missing:
+        raise DataError(f"{origin}: {folder} lacks {', '.join(missing)}; it must hold {', '.join(file_names())}")
+    splits = {}
+    for split in SPLITS:
+        path = folder / f"{split}.jsonl.gz"
+        try:
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                splits[split] = [Review(r["text"], int(r["label"])) for r in map(json.loads, f)]
+        except (OSError, ValueError, KeyError) as err:
+            raise DataError(f"{path} is not a gzipped JSON Lines file with text and label fields ({err})") from err
+    return splits
+
+
+def _from_hugging_face() -> dict[str, list[Review]]:
+    import datasets
+
+    loaded = datasets.load_dataset("imdb")
+    return {split: [Review(r["text"], int(r["label"])) for r in loaded[split]] for split in SPLITS}

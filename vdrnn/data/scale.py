@@ -1,0 +1,50 @@
+"""Pang & Lee's scale dataset v1.0: 5,006 subjective review extracts by four critics, ratings in [0, 1].
+
+This is Gal & Ghahramani's sentiment-regression data. Files, in the original layout:
+``<root>/scaledata/<author>/{subj,rating}.<author>``, one review per line, lines aligned. ``root``
+is ``data.root``, else ``$VDRNN_DATA_DIR/scale_data``; there is no download.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from vdrnn.errors import DataError
+
+AUTHORS = ("Dennis+Schwartz", "James+Berardinelli", "Scott+Renshaw", "Steve+Rhodes")  # Gal's order
+EXPECTED_REVIEWS = 5_006
+
+
+@dataclass(frozen=True)
+class RatedReview:
+    text: str
+    rating: float
+
+
+def resolve_dir(root: str | None) -> Path:
+    if root:
+        return Path(root).expanduser()
+    env = os.environ.get("VDRNN_DATA_DIR")
+    if not env:
+        raise DataError("the scale dataset was not found: pass data.root=/path/to/scale_data (the folder holding "
+                        "scaledata/<author>/) or set VDRNN_DATA_DIR to a folder holding scale_data/")
+    return Path(env).expanduser() / "scale_data"
+
+
+def load(root: str | None) -> list[RatedReview]:
+    """Every review of the four authors, in Gal's order (author by author, file order)."""
+    folder = resolve_dir(root)
+    reviews = []
+    for author in AUTHORS:
+        subj, rating = (folder / "scaledata" / author / f"{kind}.{author}" for kind in ("subj", "rating"))
+        if not subj.is_file() or not rating.is_file():
+            raise DataError(f"{folder} lacks scaledata/{author}/subj.{author} or rating.{author}; data.root must "
+                            f"be the scale_data folder of Pang & Lee's scale_data.tar.gz")
+        texts = subj.read_text(encoding="latin-1").splitlines()  # ASCII in v1.0; latin-1 never fails
+        ratings = rating.read_text().split()
+        if len(texts) != len(ratings):
+            raise DataError(f"{subj} has {len(texts)} reviews but {rating} {len(ratings)} ratings")
+        reviews += [RatedReview(text, float(r)) for text, r in zip(texts, ratings, strict=True)]
+    return reviews

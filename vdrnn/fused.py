@@ -1,0 +1,560 @@
+"""A fused LSTM recurrence for masked recurrences: the fast drop-in for ``lstm_reference``.
+
+Why this exists. cuDNN's LSTM cannot apply a mask to h_{t-1} (Gal), one per gate (untied) or a
+mask on c_t (Moon), so those layers fall back to :func:`vdrnn.recurrent.lstm_reference`, a Python
+loop of ~10 small kernels per time step: 6x slower than cuDNN. At batch 20 the work is tiny
+(a [20, H] x [H, 4H] product per step), so the time is all launch latency and re-reading W_hh, not
+arithmetic. This module does the same computation with as few launches as the math allows.
+
+What runs where (one layer, T steps, batch B, hidden H):
+
+1. Input half, once for all steps: ``masked_input_projection`` (one GEMM, x masks applied there).
+   x_t does not depend on h, so it never needs to be inside the loop.
+2. Forward, ONE Triton kernel per time step (``_fwd_step``). A program owns a block of hidden units
+   j and all four gates of those units, so it has everything the LSTM cell needs for them:
+       gates_g[b, j] = sum_k (h_{t-1}[b, k] * z_h[b, g, k]) * W_hh[g*H + j, k] + x_proj[t, b, g*H + j] + b_hh
+   The mask is applied to the GEMM operand as it is loaded (so the masked h is never written
+   out); tied masks use one z_h for all four gates, untied masks load z_h[:, g] per gate. Then the
+   cell (sigmoid/tanh, c_t = f*c + i*g, Moon's c_t *= m and h_t *= 1/(1-p)) runs on the
+   accumulators in fp32, and the program stores h_t, c_t, y_t and the four gate activations
+   (what backward needs). One launch per step is the minimum: step t+1 needs all of h_t, i.e.
+   the results of every program of step t, and a launch boundary is the only grid-wide barrier
+   that is cheap and capturable in a CUDA graph.
+3. Backward, ONE Triton kernel per time step in reverse (``_bwd_step``). A program owns hidden
+   units j and computes
+       dh_t[b, j] = dy_t[b, j] + sum_g z_h[b, g, j] * sum_k dgates_{t+1}[b, g*H + k] * W_hh[g*H + k, j]
+   (the recurrent GEMM of the step after, the mask again applied where its operand is used),
+   then the cell's backward for units j of all four gates: dgates_t and dc_{t-1}. Fusing the GEMM
+   with the pointwise saves one launch and one round trip of dh per step (a cuBLAS GEMM plus a
+   pointwise kernel would be two launches per step).
+4. After the loop, whole-sequence products that need no loop: dW_hh as ONE GEMM over all T*B rows
+   (dgates^T @ (h_{t-1} * z_h); a per-gate batched GEMM for untied masks), db_hh = sum of dgates,
+   d x_proj = dgates (autograd carries it on to x, w_ih, b_ih), dh_0 from one more small GEMM.
+
+Split-K inside the one launch. At batch 20 a step has only H / 16 blocks of output (41 at H=650,
+94 at H=1500), too few to keep 132 SMs busy pulling W_hh through memory. So each kernel also
+splits the reduction over k among several programs of the same launch; each writes its partial
+sums to a small workspace and increments an arrival counter for its block (an atomic), and the
+program that arrives last adds the partial sums in a fixed order (results are deterministic, not
+dependent on arrival order) and runs the cell. No program ever waits for another, so the launch
+cannot deadlock however the programs are scheduled, and the last one resets the counter for the
+next step. The backward product sums over 4H = (gate, k) and is split over both. Everything
+else the cell needs (x_proj, c_{t-1}, saved activations, dy) is loaded before the hand-off, so
+that its latency overlaps it. How finely to split: ``_Plan`` (about PROGRAMS_PER_SM programs per
+SM, i.e. one wave).
+
+Precision: the recurrent product runs in autocast's dtype when autocast is on (bf16 operands, as
+F.linear in the reference), else in fp32 with TF32 when ``torch.backends.cuda.matmul.allow_tf32``
+is on and IEEE fp32 otherwise; it accumulates in fp32, and gate sums, c_t, h_t and every gradient
+carried through time stay fp32. y is returned in x_proj's dtype, as the reference does.
+
+W_hh is copied once per forward into a buffer in the product dtype whose rows are zero-padded to a
+whole number of K slices: every row starts aligned and the kernels read whole slices of a row
+without masks, so the weight loads are full-width whatever H is (H = 650 rows are otherwise only
+8-byte aligned). The copy is reused by the backward pass.
+
+CUDA graphs: no host syncs and no allocation whose size depends on data, so a whole training step
+with this layer can be captured (:mod:`vdrnn.graphed`).
+
+Triton is imported on first use, not with this module: tests on a CPU set ``TRITON_INTERPRET=1``
+before that, which makes the same kernels run in Triton's interpreter on CPU tensors. On a CPU
+without the interpreter (or without Triton) ``lstm_fused`` runs the reference loop instead.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+
+from vdrnn.dropout import LayerMasks
+from vdrnn.recurrent import GATES, lstm_reference, masked_input_projection
+
+_KERNELS = None  # (fwd_step, bwd_step) once built
+_WARNED = False
+_SM_COUNT: dict[int, int] = {}
+
+# Block shapes, overridable through the environment for tuning without editing the code.
+# BLOCK_H: hidden units per program (the smallest tile a tensor-core product takes is 16);
+# BLOCK_K: width of one slice of the reduction; PROGRAMS_PER_SM: how finely the reduction is split
+# across programs (see "split-K" in the module docstring).
+BLOCK_H = int(os.environ.get("VDRNN_FUSED_BLOCK_H", "16"))
+BLOCK_K = int(os.environ.get("VDRNN_FUSED_BLOCK_K", "64"))
+NUM_WARPS = int(os.environ.get("VDRNN_FUSED_WARPS", "4"))
+NUM_STAGES = int(os.environ.get("VDRNN_FUSED_STAGES", "3"))
+PROGRAMS_PER_SM = float(os.environ.get("VDRNN_FUSED_PROGRAMS_PER_SM", "3"))
+FORCE_SPLIT: tuple[int, int] | None = None  # (forward splits, backward splits per gate); for tests
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+
+
+def available(device: torch.device) -> bool:
+    """Can the Triton kernels run on tensors of ``device``?"""
+    if device.type != "cuda" and not _interpreting():
+        return False
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _build_kernels():
+    """Define the two kernels (importing Triton now, so that TRITON_INTERPRET set before is honoured)."""
+    global _KERNELS, triton, tl
+    if _KERNELS is not None:
+        return _KERNELS
+    import triton
+    import triton.language as tl
+
+    @triton.jit(do_not_specialize=["t"])
+    def _fwd_step(
+        t, xp_ptr, w_ptr, bias_ptr, zh_ptr, zc_ptr, c_scale,
+        hs_ptr, cs_ptr, y_ptr, act_ptr, ws_ptr, cnt_ptr,
+        B, stride_w, stride_zb, stride_zg,
+        H: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr, HAS_ZC: tl.constexpr,
+        SAVE_ACTS: tl.constexpr, OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+        BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
+        K_CHUNK: tl.constexpr, SPLIT: tl.constexpr,
+    ):
+        """Step t: reads hs[t], cs[t], x_proj[t]; writes hs[t+1], cs[t+1], y[t], acts[t].
+
+        hs, cs: [T+1, B, H] fp32; x_proj, acts: [T, B, 4H]; y: [T, B, H]; W: [4H, stride_w];
+        ws: [SPLIT, B, 4H] fp32 partial sums; cnt: one int32 arrival counter per (b, j) block.
+        Program (j, s, b) sums k in [s*K_CHUNK, (s+1)*K_CHUNK) for hidden units j, batch rows b.
+        """
+        pid_j = tl.program_id(0)
+        pid_s = tl.program_id(1)
+        pid_b = tl.program_id(2)
+        t = t.to(tl.int64)
+        offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
+        offs_j = pid_j * BLOCK_H + tl.arange(0, BLOCK_H)
+        mask_b = offs_b < B
+        mask_j = offs_j < H
+        mask_bj = mask_b[:, None] & mask_j[None, :]
+        h_prev = hs_ptr + t * B * H
+        acc_i = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+        acc_f = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+        acc_g = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+        acc_o = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+        for kk in range(0, K_CHUNK, BLOCK_K):
+            offs_k = pid_s * K_CHUNK + kk + tl.arange(0, BLOCK_K)
+            mask_bk = mask_b[:, None] & (offs_k < H)[None, :]
+            h = tl.load(h_prev + offs_b[:, None] * H + offs_k[None, :], mask=mask_bk, other=0.0)
+            # W^T tiles [BLOCK_K, BLOCK_H] of the four gates' rows for units j. The packed rows are
+            # zero-padded to SPLIT * K_CHUNK columns, so k needs no mask here (full-width loads).
+            w_rows = w_ptr + offs_j[None, :] * stride_w + offs_k[:, None]
+            w_i = tl.load(w_rows, mask=mask_j[None, :], other=0.0)
+            w_f = tl.load(w_rows + H * stride_w, mask=mask_j[None, :], other=0.0)
+            w_g = tl.load(w_rows + 2 * H * stride_w, mask=mask_j[None, :], other=0.0)
+            w_o = tl.load(w_rows + 3 * H * stride_w, mask=mask_j[None, :], other=0.0)
+            z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_k[None, :]
+            if HAS_ZH and PER_GATE:  # untied: each gate sees its own masked copy of h_{t-1}
+                a_i = (h * tl.load(z_at, mask=mask_bk, other=0.0)).to(OP_DTYPE)
+                a_f = (h * tl.load(z_at + stride_zg, mask=mask_bk, other=0.0)).to(OP_DTYPE)
+                a_g = (h * tl.load(z_at + 2 * stride_zg, mask=mask_bk, other=0.0)).to(OP_DTYPE)
+                a_o = (h * tl.load(z_at + 3 * stride_zg, mask=mask_bk, other=0.0)).to(OP_DTYPE)
+            else:
+                if HAS_ZH:  # tied: one masked h_{t-1} for all four gates
+                    h = h * tl.load(z_at, mask=mask_bk, other=0.0)
+                a_i = h.to(OP_DTYPE)
+                a_f = a_i
+                a_g = a_i
+                a_o = a_i
+            acc_i = tl.dot(a_i, w_i, acc_i, input_precision=PRECISION)
+            acc_f = tl.dot(a_f, w_f, acc_f, input_precision=PRECISION)
+            acc_g = tl.dot(a_g, w_g, acc_g, input_precision=PRECISION)
+            acc_o = tl.dot(a_o, w_o, acc_o, input_precision=PRECISION)
+
+        G = 4 * H
+        bh = offs_b[:, None] * H + offs_j[None, :]
+        # The cell's other inputs, loaded before the split-K hand-off below so that their latency
+        # overlaps it (every program loads them; only the last one uses them).
+        xp = xp_ptr + t * B * G + offs_b[:, None] * G + offs_j[None, :]
+        x_i = tl.load(xp, mask=mask_bj, other=0.0).to(tl.float32)
+        x_f = tl.load(xp + H, mask=mask_bj, other=0.0).to(tl.float32)
+        x_g = tl.load(xp + 2 * H, mask=mask_bj, other=0.0).to(tl.float32)
+        x_o = tl.load(xp + 3 * H, mask=mask_bj, other=0.0).to(tl.float32)
+        x_i += tl.load(bias_ptr + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
+        x_f += tl.load(bias_ptr + H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
+        x_g += tl.load(bias_ptr + 2 * H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
+        x_o += tl.load(bias_ptr + 3 * H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
+        c_prev = tl.load(cs_ptr + t * B * H + bh, mask=mask_bj, other=0.0)
+        if HAS_ZC:
+            keep = tl.load(zc_ptr + bh, mask=mask_bj, other=0.0)
+        if SPLIT > 1:
+            # Split-K: publish the partial sums; the last of the SPLIT programs of this (j, b) block
+            # to arrive adds all of them up, in a fixed order (so results are deterministic), and
+            # runs the cell. Nobody waits, so the launch cannot deadlock whatever the scheduling.
+            part = ws_ptr + offs_b[:, None] * G + offs_j[None, :]
+            mine = part + pid_s * B * G
+            tl.store(mine, acc_i, mask=mask_bj)
+            tl.store(mine + H, acc_f, mask=mask_bj)
+            tl.store(mine + 2 * H, acc_g, mask=mask_bj)
+            tl.store(mine + 3 * H, acc_o, mask=mask_bj)
+            tl.debug_barrier()  # all threads' stores come before the release of the atomic below
+            counter = cnt_ptr + pid_b * tl.num_programs(0) + pid_j
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            last = arrived == SPLIT - 1
+            live = mask_bj & last  # only the last program loads and stores from here on
+            acc_i = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+            acc_f = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+            acc_g = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+            acc_o = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+            # Unrolled, so that all the loads are in flight at once (one memory round trip, not SPLIT).
+            for s in tl.static_range(SPLIT):
+                src = part + s * B * G  # .cg: read through L2, where the other programs' sums are
+                acc_i += tl.load(src, mask=live, other=0.0, cache_modifier=".cg")
+                acc_f += tl.load(src + H, mask=live, other=0.0, cache_modifier=".cg")
+                acc_g += tl.load(src + 2 * H, mask=live, other=0.0, cache_modifier=".cg")
+                acc_o += tl.load(src + 3 * H, mask=live, other=0.0, cache_modifier=".cg")
+            tl.store(counter, 0, mask=last)  # reset for the next step's launch
+        else:
+            live = mask_bj
+
+        # The cell, in fp32 on the accumulators.
+        i = tl.sigmoid(acc_i + x_i)
+        f = tl.sigmoid(acc_f + x_f)
+        g = 2.0 * tl.sigmoid(2.0 * (acc_g + x_g)) - 1.0  # tanh
+        o = tl.sigmoid(acc_o + x_o)
+        c = f * c_prev + i * g
+        if HAS_ZC:  # Moon: a dropped cell unit is zero for the whole sequence
+            c = c * keep
+        h_new = o * (2.0 * tl.sigmoid(2.0 * c) - 1.0)
+        if HAS_ZC:
+            h_new = h_new * c_scale
+        tl.store(cs_ptr + (t + 1) * B * H + bh, c, mask=live)
+        tl.store(hs_ptr + (t + 1) * B * H + bh, h_new, mask=live)
+        tl.store(y_ptr + t * B * H + bh, h_new.to(y_ptr.dtype.element_ty), mask=live)
+        if SAVE_ACTS:
+            act = act_ptr + t * B * G + offs_b[:, None] * G + offs_j[None, :]
+            tl.store(act, i, mask=live)
+            tl.store(act + H, f, mask=live)
+            tl.store(act + 2 * H, g, mask=live)
+            tl.store(act + 3 * H, o, mask=live)
+
+    @triton.jit(do_not_specialize=["t"])
+    def _bwd_step(
+        t, dg_ptr, w_ptr, zh_ptr, zc_ptr, c_scale,
+        dy_ptr, dh_last_ptr, act_ptr, cs_ptr, dc_ptr, ws_ptr, cnt_ptr,
+        B, stride_w, stride_zb, stride_zg,
+        H: tl.constexpr, HAS_NEXT: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr,
+        HAS_ZC: tl.constexpr, OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+        BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
+        K_CHUNK: tl.constexpr, KS: tl.constexpr,
+    ):
+        """Step t in reverse: reads dgates[t+1] (if HAS_NEXT, else dh_T), dy[t], acts[t], cs[t], cs[t+1]
+        and dc (= dL/dc_t); writes dgates[t] and dc (= dL/dc_{t-1}, in place: one program owns each j).
+
+        The recurrent product sums over 4H = (gate, k): program (j, s, b) takes gate s // KS and the
+        k-slice s % KS; ws [4*KS, B, H] holds the partial sums, cnt the arrival counters.
+        """
+        pid_j = tl.program_id(0)
+        pid_s = tl.program_id(1)
+        pid_b = tl.program_id(2)
+        t = t.to(tl.int64)
+        offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
+        offs_j = pid_j * BLOCK_H + tl.arange(0, BLOCK_H)
+        mask_b = offs_b < B
+        mask_j = offs_j < H
+        mask_bj = mask_b[:, None] & mask_j[None, :]
+        bh = offs_b[:, None] * H + offs_j[None, :]
+        G = 4 * H
+        # The cell's saved values and incoming gradients, loaded first so that their latency overlaps
+        # the product and the split-K hand-off (only the last program of a block uses them).
+        act = act_ptr + t * B * G + offs_b[:, None] * G + offs_j[None, :]
+        i = tl.load(act, mask=mask_bj, other=0.0)
+        f = tl.load(act + H, mask=mask_bj, other=0.0)
+        g = tl.load(act + 2 * H, mask=mask_bj, other=0.0)
+        o = tl.load(act + 3 * H, mask=mask_bj, other=0.0)
+        c_prev = tl.load(cs_ptr + t * B * H + bh, mask=mask_bj, other=0.0)
+        c = tl.load(cs_ptr + (t + 1) * B * H + bh, mask=mask_bj, other=0.0)
+        dc_in = tl.load(dc_ptr + bh, mask=mask_bj, other=0.0)
+        dh = tl.load(dy_ptr + t * B * H + bh, mask=mask_bj, other=0.0).to(tl.float32)
+        if HAS_ZC:
+            keep = tl.load(zc_ptr + bh, mask=mask_bj, other=0.0)
+        if HAS_NEXT:
+            # dh_t += sum_g z_h^g * (dgates_{t+1}^g @ W_g): step t's output fed every gate of step t+1.
+            gate = pid_s // KS
+            k_base = (pid_s % KS) * K_CHUNK
+            dg_next = dg_ptr + (t + 1) * B * G + offs_b[:, None] * G + gate * H
+            z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
+            if HAS_ZH:
+                z = tl.load(z_at + gate * stride_zg, mask=mask_bj, other=0.0)
+            part = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+            for kk in range(0, K_CHUNK, BLOCK_K):
+                offs_k = k_base + kk + tl.arange(0, BLOCK_K)
+                mask_k = offs_k < H  # also keeps gate g's k from reading gate g+1's rows
+                a = tl.load(dg_next + offs_k[None, :], mask=mask_b[:, None] & mask_k[None, :], other=0.0)
+                # Columns j < stride_w always exist (rows are zero-padded past H), so only the
+                # row (k) needs a mask: the loads stay full-width along j.
+                w = tl.load(w_ptr + (gate * H + offs_k[:, None]) * stride_w + offs_j[None, :],
+                            mask=mask_k[:, None], other=0.0)
+                part = tl.dot(a.to(OP_DTYPE), w, part, input_precision=PRECISION)
+            if HAS_ZH:  # z_h^g times gate g's product (tied: the same mask for every gate)
+                part = part * z
+            # Split-K as in the forward kernel: the last program to arrive sums in a fixed order.
+            slot = ws_ptr + bh
+            tl.store(slot + pid_s * B * H, part, mask=mask_bj)
+            tl.debug_barrier()
+            counter = cnt_ptr + pid_b * tl.num_programs(0) + pid_j
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            last = arrived == 4 * KS - 1
+            live = mask_bj & last
+            for s in tl.static_range(4 * KS):
+                dh += tl.load(slot + s * B * H, mask=live, other=0.0, cache_modifier=".cg")
+            tl.store(counter, 0, mask=last)
+        else:  # the last step (launched with one program per block): the gradient of the returned h_T
+            live = mask_bj
+            dh += tl.load(dh_last_ptr + bh, mask=live, other=0.0).to(tl.float32)
+
+        tc = 2.0 * tl.sigmoid(2.0 * c) - 1.0
+        if HAS_ZC:
+            dh = dh * c_scale
+        d_o = dh * tc
+        dc = dc_in + dh * o * (1.0 - tc * tc)
+        if HAS_ZC:  # c_t = m * (f*c + i*g)
+            dc = dc * keep
+        tl.store(dc_ptr + bh, dc * f, mask=live)
+        dg = dg_ptr + t * B * G + offs_b[:, None] * G + offs_j[None, :]
+        tl.store(dg, dc * g * i * (1.0 - i), mask=live)
+        tl.store(dg + H, dc * c_prev * f * (1.0 - f), mask=live)
+        tl.store(dg + 2 * H, dc * i * (1.0 - g * g), mask=live)
+        tl.store(dg + 3 * H, d_o * o * (1.0 - o), mask=live)
+
+    _KERNELS = (_fwd_step, _bwd_step)
+    return _KERNELS
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _tl_dtype(dtype: torch.dtype):
+    return {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[dtype]
+
+
+def _precision(op_dtype: torch.dtype) -> str:
+    # Follow torch's own switch for fp32 products, so `allow_tf32 = False` gives IEEE fp32 here too.
+    if op_dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32:
+        return "ieee"
+    return "tf32"
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4  # the interpreter: any number does
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SM_COUNT:
+        _SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _SM_COUNT[index]
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class _Plan:
+    """Grid and split-K shape for one (batch, hidden, device): ~PROGRAMS_PER_SM programs per SM.
+
+    At batch 20 there are only H / BLOCK_H blocks of output (41 at H=650): without splitting the
+    reduction most SMs would idle while a few stream all of W_hh through long loops.
+    """
+
+    def __init__(self, batch: int, hidden: int, device: torch.device):
+        self.block_b = min(64, max(16, 1 << (batch - 1).bit_length()))
+        self.n_b = _cdiv(batch, self.block_b)
+        self.n_j = _cdiv(hidden, BLOCK_H)
+        tiles = _cdiv(hidden, BLOCK_K)
+        target = PROGRAMS_PER_SM * _sm_count(device)
+        if FORCE_SPLIT is not None:
+            want_f, want_b = FORCE_SPLIT
+        else:
+            want_f = max(1, round(target / (self.n_j * self.n_b)))
+            want_b = max(1, round(target / (4 * self.n_j * self.n_b)))
+        per_f = _cdiv(tiles, min(want_f, tiles))  # K tiles per program
+        per_b = _cdiv(tiles, min(want_b, tiles))
+        self.split_f, self.chunk_f = _cdiv(tiles, per_f), per_f * BLOCK_K
+        self.ks, self.chunk_b = _cdiv(tiles, per_b), per_b * BLOCK_K
+        # Software-pipelining depth: no deeper than the loop is long (deeper only costs shared memory,
+        # hence fewer programs resident per SM).
+        self.stages_f = max(1, min(NUM_STAGES, per_f))
+        self.stages_b = max(1, min(NUM_STAGES, per_b))
+        # Columns of the packed W: whole chunks for the forward, whole BLOCK_H blocks for the backward.
+        self.w_cols = max(self.split_f * self.chunk_f, self.n_j * BLOCK_H)
+
+
+def _pack_weight(w_hh: torch.Tensor, dtype: torch.dtype, plan: _Plan) -> torch.Tensor:
+    """W_hh [4H, H] in the product dtype, rows zero-padded to ``plan.w_cols`` columns.
+
+    Aligned rows give full-width loads, and the zero tail lets the kernels read whole blocks of a
+    row without masking the columns.
+    """
+    rows, cols = w_hh.shape
+    if plan.w_cols == cols:
+        return w_hh.detach().to(dtype).contiguous()
+    out = torch.empty(rows, plan.w_cols, device=w_hh.device, dtype=dtype)
+    out[:, :cols].copy_(w_hh.detach())
+    out[:, cols:].zero_()  # only the tail: zeroing all of it first would write W_hh's size twice
+    return out
+
+
+def _mask_args(zh: torch.Tensor | None, zc: torch.Tensor | None, c_scale: float, dummy: torch.Tensor):
+    """(z_h, stride_b, stride_g, has_zh, per_gate, z_c, has_zc, c_scale) for the kernels."""
+    per_gate = zh is not None and zh.dim() == 3
+    if zh is not None:
+        zh = zh.float().contiguous()
+        stride_b, stride_g = zh.stride(0), (zh.stride(1) if per_gate else 0)
+    else:
+        zh, stride_b, stride_g = dummy, 0, 0
+    has_zc = zc is not None
+    zc = zc.float().contiguous() if has_zc else dummy
+    return zh, stride_b, stride_g, zh is not dummy, per_gate, zc, has_zc, float(c_scale)
+
+
+def _dummy(like: torch.Tensor) -> torch.Tensor:
+    """A valid pointer for kernel arguments that a constexpr switch leaves unused."""
+    return torch.empty(1, device=like.device, dtype=torch.float32)
+
+
+def _forward(x_proj, h0, c0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
+    """Run the T forward steps. Returns y [T,B,H] (x_proj dtype), hs, cs [T+1,B,H] fp32, acts or None."""
+    fwd, _ = _build_kernels()
+    steps, batch, four_h = x_proj.shape
+    hidden = four_h // GATES
+    dev = x_proj.device
+    zh, szb, szg, has_zh, per_gate, zc, has_zc, c_scale = margs
+    hs = torch.empty(steps + 1, batch, hidden, device=dev, dtype=torch.float32)
+    cs = torch.empty_like(hs)
+    hs[0].copy_(h0)
+    cs[0].copy_(c0)
+    y = torch.empty(steps, batch, hidden, device=dev, dtype=x_proj.dtype)
+    acts = torch.empty(steps, batch, four_h, device=dev, dtype=torch.float32) if save_acts else hs
+    if plan.split_f > 1:
+        ws = torch.empty(plan.split_f, batch, four_h, device=dev, dtype=torch.float32)
+        counters = torch.zeros(plan.n_b * plan.n_j, device=dev, dtype=torch.int32)
+    else:
+        ws = counters = hs
+    grid = (plan.n_j, plan.split_f, plan.n_b)
+    op = _tl_dtype(w_op.dtype)
+    precision = _precision(w_op.dtype)
+    bias = b_hh.detach()
+    for t in range(steps):
+        fwd[grid](
+            t, x_proj, w_op, bias, zh, zc, c_scale, hs, cs, y, acts, ws, counters,
+            batch, w_op.stride(0), szb, szg, H=hidden,
+            HAS_ZH=has_zh, PER_GATE=per_gate, HAS_ZC=has_zc, SAVE_ACTS=save_acts,
+            OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K,
+            K_CHUNK=plan.chunk_f, SPLIT=plan.split_f, num_warps=NUM_WARPS, num_stages=plan.stages_f,
+        )
+    return y, hs, cs, (acts if save_acts else None)
+
+
+def _op_dtype(device: torch.device) -> torch.dtype:
+    """The dtype of the recurrent product: autocast's if it is on (as F.linear in the reference)."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return torch.float32
+
+
+class _FusedLSTM(torch.autograd.Function):
+    """Differentiable in x_proj, h0, c0, w_hh, b_hh; the masks are constants of the minibatch."""
+
+    @staticmethod
+    def forward(ctx, x_proj, h0, c0, w_hh, b_hh, zh, zc, c_scale, op_dtype):
+        plan = _Plan(x_proj.shape[1], h0.shape[-1], x_proj.device)
+        w_op = _pack_weight(w_hh, op_dtype, plan)
+        margs = _mask_args(zh, zc, c_scale, _dummy(x_proj))
+        y, hs, cs, acts = _forward(x_proj, h0, c0, w_op, b_hh, margs, plan, save_acts=True)
+        ctx.save_for_backward(w_op, hs, cs, acts, margs[0], margs[5])
+        ctx.margs = margs[1:5] + margs[6:]
+        ctx.plan = plan
+        ctx.dtypes = (x_proj.dtype, h0.dtype, c0.dtype, w_hh.dtype, b_hh.dtype)
+        return y, hs[-1].clone(), cs[-1].clone()
+
+    @staticmethod
+    def backward(ctx, dy, dh_t, dc_t):
+        # The products below pick their dtypes explicitly; an autocast still active on the calling
+        # thread (CPU backward runs there) must not recast them.
+        with torch.autocast(dy.device.type, enabled=False):
+            return _FusedLSTM._backward(ctx, dy, dh_t, dc_t)
+
+    @staticmethod
+    def _backward(ctx, dy, dh_t, dc_t):
+        _, bwd = _build_kernels()
+        w_op, hs, cs, acts, zh, zc = ctx.saved_tensors
+        szb, szg, has_zh, per_gate, has_zc, c_scale = ctx.margs
+        plan = ctx.plan
+        xp_dtype, h0_dtype, c0_dtype, w_dtype, b_dtype = ctx.dtypes
+        steps, batch, hidden = dy.shape
+        dev = dy.device
+        dy = dy.contiguous()
+        dh_t = dh_t.contiguous()
+        dc = dc_t.float().clone()  # dL/dc_t, carried back in place by the kernels
+        dgates = torch.empty(steps, batch, GATES * hidden, device=dev, dtype=torch.float32)
+        ws = torch.empty(GATES * plan.ks, batch, hidden, device=dev, dtype=torch.float32)
+        counters = torch.zeros(plan.n_b * plan.n_j, device=dev, dtype=torch.int32)
+        op = _tl_dtype(w_op.dtype)
+        precision = _precision(w_op.dtype)
+        for t in reversed(range(steps)):
+            has_next = t < steps - 1
+            grid = (plan.n_j, GATES * plan.ks if has_next else 1, plan.n_b)
+            bwd[grid](
+                t, dgates, w_op, zh, zc, c_scale, dy, dh_t, acts, cs, dc, ws, counters,
+                batch, w_op.stride(0), szb, szg, H=hidden,
+                HAS_NEXT=has_next, HAS_ZH=has_zh, PER_GATE=per_gate, HAS_ZC=has_zc,
+                OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K,
+                K_CHUNK=plan.chunk_b, KS=plan.ks, num_warps=NUM_WARPS, num_stages=plan.stages_b,
+            )
+        # Whole-sequence products, one library call each (no loop over t).
+        w = w_op[:, :hidden]
+        h_prev = hs[:steps]  # h_{t-1} for t = 0..T-1
+        dg_op = dgates.to(w_op.dtype)
+        if per_gate:  # untied: gate g saw h * z_h^g, so dW_g and dh_0 are per-gate products
+            hz = (h_prev.unsqueeze(2) * zh).to(w_op.dtype)  # [T, B, G, H]
+            dg4 = dg_op.view(steps * batch, GATES, hidden)
+            dw = torch.einsum("ngk,ngj->gkj", dg4, hz.view(steps * batch, GATES, hidden))
+            dh0 = torch.einsum("bgk,gkj->bgj", dg4[:batch], w.reshape(GATES, hidden, hidden)).float()
+            dh0 = (dh0 * zh).sum(1)
+        else:
+            hz = (h_prev * zh if has_zh else h_prev).to(w_op.dtype)
+            dw = dg_op.view(steps * batch, -1).t() @ hz.view(steps * batch, hidden)
+            dh0 = (dg_op[0] @ w).float()
+            if has_zh:
+                dh0 = dh0 * zh
+        d_xproj = dgates.to(xp_dtype)
+        db = dgates.sum((0, 1)).to(b_dtype)
+        return (d_xproj, dh0.to(h0_dtype), dc.to(c0_dtype), dw.reshape(GATES * hidden, hidden).to(w_dtype), db,
+                None, None, None, None)
+
+
+def lstm_fused(
+    x: torch.Tensor,
+    state: tuple[torch.Tensor, torch.Tensor],
+    params: tuple[torch.Tensor, ...],
+    masks: LayerMasks,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Drop-in for :func:`vdrnn.recurrent.lstm_reference`: same arguments, same results."""
+    global _WARNED
+    if not available(x.device):
+        if not _WARNED:
+            warnings.warn("vdrnn.fused: Triton kernels need CUDA (or TRITON_INTERPRET=1); running the "
+                          "reference loop instead", stacklevel=2)
+            _WARNED = True
+        return lstm_reference(x, state, params, masks)
+    w_ih, w_hh, b_ih, b_hh = params
+    x_proj = masked_input_projection(x, w_ih, b_ih, masks).contiguous()
+    h0, c0 = state
+    zh = masks.h if masks.h is not None and (masks.h.dim() == 2 or masks.per_gate) else None
+    if masks.h is not None and zh is None:
+        raise ValueError("a [B, G, H] recurrent mask needs masks.per_gate=True")
+    op_dtype = _op_dtype(x.device)
+    tensors = (x_proj, h0, c0, w_hh, b_hh)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        y, h_t, c_t = _FusedLSTM.apply(x_proj, h0, c0, w_hh, b_hh, zh, masks.c, masks.c_scale, op_dtype)
+        return y, (h_t, c_t)
+    # Inference (e.g. MC dropout evaluation): the same kernels, nothing saved for backward.
+    plan = _Plan(x_proj.shape[1], h0.shape[-1], x_proj.device)
+    margs = _mask_args(zh, masks.c, masks.c_scale, _dummy(x_proj))
+    y, hs, cs, _ = _forward(x_proj, h0, c0, _pack_weight(w_hh, op_dtype, plan), b_hh, margs, plan, save_acts=False)
+    return y, (hs[-1], cs[-1])

@@ -1,0 +1,339 @@
+"""What every vdrnn training run shares: device, optimizer step, checkpoints, resume, the epoch loop.
+
+A task (language modelling in :mod:`vdrnn.train`, sentiment in :mod:`vdrnn.sentiment.trainer`)
+subclasses :class:`EpochTrainer` and supplies its data, model, one training epoch, the validation
+score and the final test. The loop here is then the same for all of them:
+
+    for each epoch: train -> validate -> best.pt if the score improved -> metrics.jsonl -> last.pt
+    at the end:     load best.pt -> test -> metrics.json
+
+Resuming from ``last.pt`` restores model, optimizer, RNG states and progress exactly, so an
+interrupted run and an uninterrupted one give the same numbers (tests/test_resume.py). Checkpoints
+are written only after an epoch has finished and validated to a finite score, so a diverging run
+stops with its last good checkpoint in place.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from vdrnn import checkpoint
+from vdrnn.config import TrainerConfig
+from vdrnn.errors import CheckpointError, ConfigError, TrainingDiverged
+from vdrnn.tracking import RunLogger, read_jsonl
+
+log = logging.getLogger("vdrnn")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        log.warning("CUDA is not available: running on the CPU, which is slow for all but the smallest models")
+        return torch.device("cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={name} but CUDA is not available here; use device=auto or device=cpu")
+    return device
+
+
+def make_optimizer(model: torch.nn.Module, trainer: TrainerConfig, averaging: bool = False) -> torch.optim.Optimizer:
+    """SGD, Adam, or (ntasgd) SGD that becomes averaged SGD; weight_decay_mode=l2 puts the decay in it."""
+    l2 = trainer.weight_decay if trainer.weight_decay_mode == "l2" else 0.0
+    if trainer.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=trainer.lr, weight_decay=l2)
+    if averaging:  # Merity et al.'s ASGD: average from the switch on (t0=0), no lr decay (lambd=0)
+        return torch.optim.ASGD(model.parameters(), lr=trainer.lr, t0=0, lambd=0.0, weight_decay=l2)
+    return torch.optim.SGD(model.parameters(), lr=trainer.lr, weight_decay=l2)
+
+
+def apply_weight_decay(model: torch.nn.Module, trainer: TrainerConfig) -> None:
+    """Gal's decay: w <- w - lambda * w after the optimizer step, independent of the learning rate."""
+    if trainer.weight_decay > 0 and trainer.weight_decay_mode == "gal":
+        with torch.no_grad():
+            torch._foreach_mul_(list(model.parameters()), 1.0 - trainer.weight_decay)
+
+
+def rng_state(device: torch.device) -> dict[str, Any]:
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["cpu"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+class TrainWindow:
+    """Sums the training loss on the device between host syncs (one ``.item()`` per ``log_every`` steps)."""
+
+    def __init__(self, device: torch.device):
+        self.loss = torch.zeros((), device=device, dtype=torch.float64)
+        self.weight = 0  # what the mean is over: tokens (LM) or sequences (sentiment)
+        self.words = 0
+        self.steps = 0
+        self.start = time.perf_counter()
+
+    def add(self, mean_loss: torch.Tensor, weight: int, words: int) -> None:
+        self.loss += mean_loss.detach().double() * weight
+        self.weight += weight
+        self.words += words
+        self.steps += 1
+
+    def read(self) -> tuple[float, float]:
+        """(mean loss, words per second) of the window, then start a new one."""
+        mean = self.loss.item() / self.weight
+        wps = self.words / (time.perf_counter() - self.start)
+        self.loss.zero_()
+        self.weight = self.words = self.steps = 0
+        self.start = time.perf_counter()
+        return mean, wps
+
+
+class EpochTrainer:
+    """Base class of the task trainers; subclasses set ``selector`` and implement the hooks below."""
+
+    selector = "loss"  # name of the validation score that picks best.pt; lower is better
+
+    def __init__(self, cfg, run_dir: Path, raw_config: dict[str, Any]):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.raw_config = raw_config
+        self.device = resolve_device(cfg.device)
+        if self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        if cfg.trainer.amp == "fp16" and self.device.type != "cuda":
+            raise ConfigError("trainer.amp=fp16 needs CUDA; use trainer.amp=bf16 or off on the CPU")
+        torch.manual_seed(cfg.seed)
+        self.vocab: list[str] = []
+        self.model: torch.nn.Module = self.setup()
+        self.optimizer = make_optimizer(self.model, cfg.trainer)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.trainer.amp == "fp16")
+        self.epoch = 0  # epochs completed
+        self.step = 0  # optimizer steps taken
+        self.best_valid = math.inf
+        self.train_seconds = 0.0
+
+    # ----------------------------------------------------------------------------- task hooks
+    def setup(self) -> torch.nn.Module:
+        """Load the data (and set ``self.vocab``); return the model on ``self.device``."""
+        raise NotImplementedError
+
+    def steps_per_epoch(self) -> int:
+        raise NotImplementedError
+
+    def train_epoch(self, lr: float, logger: RunLogger, bar: tqdm) -> dict[str, float]:
+        """One pass over the training data; returns at least ``train_loss``, ``wps``, ``epoch_seconds``."""
+        raise NotImplementedError
+
+    def validate(self) -> dict[str, float]:
+        """Validation metrics, including ``self.selector``; ``test_*`` entries are logged as a per-epoch curve."""
+        raise NotImplementedError
+
+    def final_metrics(self) -> dict[str, Any]:
+        """The test of the best checkpoint (loaded already): valid_*, test_*, test_*_mc, eval_seconds."""
+        raise NotImplementedError
+
+    def summary(self, record: dict[str, Any]) -> str:
+        """The per-epoch log line's middle part."""
+        return f"train loss {record['train_loss']:.4f}  valid {self.selector} {record[f'valid_{self.selector}']:.4f}"
+
+    def evaluation_weights(self):
+        """Context in which the model holds the weights to validate and keep (AWD: the averages)."""
+        return nullcontext()
+
+    def after_validation(self, score: float) -> None:
+        """Called after every epoch's validation (AWD: the switch to averaged SGD)."""
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def load_extra_state(self, payload: dict[str, Any]) -> None:
+        pass
+
+    # ----------------------------------------------------------------------------- steps
+    def optimizer_step(self, loss: torch.Tensor) -> torch.Tensor:
+        """Backward, global-norm clipping, the update and Gal's weight decay; returns the gradient norm."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.trainer.clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        apply_weight_decay(self.model, self.cfg.trainer)
+        return grad_norm
+
+    def read_window(self, window: TrainWindow) -> tuple[float, float]:
+        """The window's mean loss and words/s; a NaN or infinite loss stops the run here."""
+        mean_loss, wps = window.read()
+        if not math.isfinite(mean_loss):
+            raise self.diverged(f"training loss is {mean_loss} at step {self.step}")
+        return mean_loss, wps
+
+    def step_cap_reached(self) -> bool:
+        return self.cfg.trainer.max_steps is not None and self.step >= self.cfg.trainer.max_steps
+
+    def diverged(self, what: str) -> TrainingDiverged:
+        return TrainingDiverged(
+            f"training diverged in epoch {self.epoch + 1}: {what}. The run stopped without overwriting its "
+            f"checkpoints ({self.run_dir / checkpoint.LAST} is the last good one). Lower trainer.lr or "
+            f"trainer.clip, or use trainer.amp=off"
+        )
+
+    # ----------------------------------------------------------------------------- checkpoints
+    def state(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": rng_state(self.device),
+            "epoch": self.epoch,
+            "step": self.step,
+            "best_valid": self.best_valid,
+            "train_seconds": self.train_seconds,
+            "vocab": self.vocab,
+            "config": self.raw_config,
+            **self.extra_state(),
+        }
+
+    def restore(self, path: Path) -> None:
+        payload = checkpoint.load(path)
+        if payload["vocab"] != self.vocab:
+            raise CheckpointError(f"checkpoint {path} was trained with another vocabulary (other data settings); "
+                                  f"resume with the same data.* settings, or use a new output dir")
+        checkpoint.load_model_state(self.model, payload, path)
+        self.load_extra_state(payload)  # may replace the optimizer (AWD) before its state is loaded
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.scaler.load_state_dict(payload["scaler"])
+        set_rng_state(payload["rng"], self.device)
+        self.epoch, self.step = payload["epoch"], payload["step"]
+        self.best_valid, self.train_seconds = payload["best_valid"], payload["train_seconds"]
+        log.info("resumed from %s after epoch %d (step %d)", path, self.epoch, self.step)
+
+    def resume_point(self) -> Path | None:
+        if self.cfg.resume:
+            return Path(self.cfg.resume)
+        last = self.run_dir / checkpoint.LAST
+        return last if last.exists() else None
+
+    def truncate_history(self) -> None:
+        """Drop per-epoch records written after the checkpoint we resume from (a crash between the two)."""
+        path = self.run_dir / "metrics.jsonl"
+        if path.exists():
+            kept = [r for r in read_jsonl(path) if r["epoch"] <= self.epoch]
+            path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    # ----------------------------------------------------------------------------- the loop
+    def fit(self) -> dict[str, Any]:
+        cfg = self.cfg
+        resume = self.resume_point()
+        if resume is not None:
+            self.restore(resume)
+            self.truncate_history()
+        logger = RunLogger(self.run_dir, self.raw_config, self.final_tags(),
+                           purge_step=self.step + 1 if resume else None)
+        n_params = sum(p.numel() for p in self.model.parameters())
+        log.info("model: %s, %.2fM parameters; dropout %s; device %s; output %s", self.describe_model(),
+                 n_params / 1e6, cfg.dropout.scheme, self.device, self.run_dir)
+        try:
+            while self.epoch < cfg.trainer.epochs and not self.step_cap_reached():
+                self.run_epoch(logger)
+            metrics = self.test(logger)
+        finally:
+            logger.close()
+        return metrics
+
+    def describe_model(self) -> str:
+        m = self.cfg.model
+        return f"{m.num_layers} x {m.hidden_size} {m.cell} ({m.gates} gates)"
+
+    def run_epoch(self, logger: RunLogger) -> None:
+        cfg = self.cfg
+        epoch = self.epoch + 1
+        lr = cfg.trainer.lr_at(epoch)
+        bar = tqdm(total=self.steps_per_epoch(), desc=f"epoch {epoch}/{cfg.trainer.epochs}", unit="step",
+                   disable=not cfg.trainer.progress, leave=False, dynamic_ncols=True)
+        started = time.perf_counter()
+        with bar:
+            stats = self.train_epoch(lr, logger, bar)
+        self.train_seconds += time.perf_counter() - started
+        with self.evaluation_weights():
+            valid = self.validate()
+            score = valid[self.selector]
+            if not math.isfinite(score):
+                raise self.diverged(f"validation {self.selector} is {score}")
+            self.epoch = epoch
+            improved = score < self.best_valid
+            self.best_valid = min(self.best_valid, score)
+            if improved:  # the weights as validated
+                checkpoint.save(self.state(), self.run_dir / checkpoint.BEST)
+        self.after_validation(score)
+        # validate() may add the test metrics of this epoch's weights (test_*): a curve, not a result.
+        curve = {k.removeprefix("test_"): v for k, v in valid.items() if k.startswith("test_")}
+        valid = {k: v for k, v in valid.items() if not k.startswith("test_")}
+        record = {"epoch": epoch, "step": self.step, "lr": lr, **{f"valid_{k}": v for k, v in valid.items()},
+                  **{f"test_{k}": v for k, v in curve.items()}, **stats}
+        logger.scalars({**{f"valid/{k}": v for k, v in valid.items()},
+                        **{f"test_per_epoch/{k}": v for k, v in curve.items()},
+                        f"best/valid_{self.selector}": self.best_valid}, self.step)
+        logger.epoch(record)
+        log.info("epoch %d/%d  lr %.4g  %s  %s words/s  %.0fs%s", epoch, cfg.trainer.epochs, lr, self.summary(record),
+                 f"{stats['wps']:,.0f}", stats["epoch_seconds"], "  (best)" if improved else "")
+        checkpoint.save(self.state(), self.run_dir / checkpoint.LAST)
+
+    # ----------------------------------------------------------------------------- testing
+    def final_tags(self) -> dict[str, str]:
+        """TensorBoard tag -> metrics.json key of the final numbers shown in the HParams table."""
+        return {f"best/valid_{self.selector}": f"best_valid_{self.selector}"}
+
+    def test(self, logger: RunLogger) -> dict[str, Any]:
+        best = self.run_dir / checkpoint.BEST
+        if best.exists():
+            checkpoint.load_model_state(self.model, checkpoint.load(best), best)
+        metrics = self.final_metrics()
+        history = self.run_dir / "metrics.jsonl"
+        records = read_jsonl(history) if history.exists() else []
+        metrics.update({
+            f"best_valid_{self.selector}": self.best_valid,
+            "epochs": self.epoch,
+            "steps": self.step,
+            "train_seconds": self.train_seconds,
+            "wps": sum(r["wps"] for r in records) / len(records) if records else None,
+            "device": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
+            "smoke": self.is_smoke_run(),
+            "paper": self.raw_config.get("paper"),
+            "config": self.raw_config,
+        })
+        logger.final(metrics, self.step)
+        return metrics
+
+    def is_smoke_run(self) -> bool:
+        return self.cfg.trainer.max_steps is not None
+
+
+@contextmanager
+def swapped_weights(params: list[torch.nn.Parameter], values: list[torch.Tensor]):
+    """Temporarily copy ``values`` into ``params`` (in place, so the parameters keep their identity)."""
+    saved = [p.detach().clone() for p in params]
+    with torch.no_grad():
+        for p, v in zip(params, values, strict=True):
+            p.copy_(v)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for p, v in zip(params, saved, strict=True):
+                p.copy_(v)

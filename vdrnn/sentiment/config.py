@@ -1,0 +1,135 @@
+"""Typed, validated views of a sentiment run's config (``dataset=imdb`` or ``dataset=scale``).
+
+The trainer, eval and dropout groups mean what they mean for PTB (:mod:`vdrnn.config`); the data and
+model nodes have their own dataclasses here, since a classifier has no BPTT and may use a GRU or RNN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vdrnn.config import EvalConfig, TrainerConfig, build
+from vdrnn.dropout import DropoutConfig
+from vdrnn.errors import ConfigError
+from vdrnn.recurrent import IMPLS
+
+DATASETS = ("imdb", "scale")
+CELLS = ("lstm", "gru", "rnn")
+# Schemes whose masks a GRU or tanh RNN can take; Moon drops the LSTM's cell state c_t, and the
+# layers without one would have nowhere to put it.
+SINGLE_STATE_SCHEMES = ("none", "zaremba", "variational")
+
+
+@dataclass(frozen=True)
+class SentimentDataConfig:
+    name: str = "imdb"
+    root: str | None = None
+    batch_size: int = 128
+    eval_batch_size: int = 1000  # sequences per evaluation pass (MC: reviews x samples side by side)
+    max_length: int = 200  # tokens kept per review (IMDB) or per chunk (scale)
+    vocab_size: int = 20_000  # including <pad> and <unk>
+    valid_fraction: float = 0.1  # of the training reviews, held out for model selection
+    test_fraction: float | None = None  # scale only: the test share of the reviews (IMDB has its own test set)
+    split_seed: int = 0  # fixes the validation (and scale test) split, independent of `seed`
+    limit: int | None = None  # smoke runs: this many reviews per split at most; never for reported numbers
+
+    def __post_init__(self) -> None:
+        if self.name not in DATASETS:
+            raise ConfigError(f"data.name={self.name!r}; choose `dataset=imdb` or `dataset=scale`")
+        for key in ("batch_size", "eval_batch_size", "max_length"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"data.{key}={getattr(self, key)} must be at least 1")
+        if self.vocab_size < 3:
+            raise ConfigError(f"data.vocab_size={self.vocab_size} must leave room for <pad>, <unk> and words")
+        if not 0 < self.valid_fraction < 1:
+            raise ConfigError(f"data.valid_fraction={self.valid_fraction} must be in (0, 1)")
+        if self.name == "scale" and not (self.test_fraction and 0 < self.test_fraction < 1):
+            raise ConfigError(f"data.test_fraction={self.test_fraction} must be in (0, 1) for the scale data "
+                              f"(Gal: 0.2)")
+        if self.name == "imdb" and self.test_fraction is not None:
+            raise ConfigError("data.test_fraction is for dataset=scale; IMDB has its own 25,000-review test set")
+        if self.limit is not None and self.limit < 10:
+            raise ConfigError(f"data.limit={self.limit} must be at least 10 reviews (or null for all)")
+
+
+@dataclass(frozen=True)
+class SentimentModelConfig:
+    num_layers: int = 1
+    hidden_size: int = 128
+    embedding_size: int | None = None  # None: the hidden size (Gal: 128 and 128)
+    tie_weights: bool = False  # the language model's decoder = embedding; a classifier head cannot be tied
+    init: str = "uniform"  # uniform: every parameter U(+-init_range) | awd: only the embedding; head bias 0
+    init_range: float = 0.05
+    cell: str = "lstm"
+    gates: str = "tied"
+    impl: str = "auto"  # LSTM's masked recurrences: auto | fast | reference; GRU and RNN always use the reference
+
+    def __post_init__(self) -> None:
+        if self.cell not in CELLS:
+            raise ConfigError(f"cell.type={self.cell!r}; choose `cell=lstm`, `cell=gru` or `cell=rnn`")
+        if self.gates not in ("tied", "untied"):
+            raise ConfigError(f"cell.gates={self.gates!r}; choose `cell.gates=tied` or `cell.gates=untied`")
+        if self.impl not in IMPLS:
+            raise ConfigError(f"model.impl={self.impl!r}; choose one of {', '.join(IMPLS)}")
+        if self.impl == "fast" and self.cell != "lstm":
+            raise ConfigError(f"model.impl=fast is the fused LSTM kernel; cell={self.cell} runs its masked "
+                              f"recurrence on the reference loop: use model.impl=auto")
+        if self.tie_weights:
+            raise ConfigError("model.tie_weights=true ties a language model's decoder to its embedding; a "
+                              "sentiment head has no vocabulary-sized weight to tie: set model.tie_weights=false")
+        if self.init not in ("uniform", "awd"):
+            raise ConfigError(f"model.init={self.init!r}; choose `uniform` or `awd`")
+        if self.num_layers < 1 or self.hidden_size < 1 or (self.embedding_size or 1) < 1:
+            raise ConfigError("model.num_layers, model.hidden_size and model.embedding_size must be positive")
+        if not self.init_range > 0:
+            raise ConfigError(f"model.init_range={self.init_range} must be positive (uniform init in +-range)")
+
+
+@dataclass(frozen=True)
+class SentimentRunConfig:
+    data: SentimentDataConfig
+    model: SentimentModelConfig
+    dropout: DropoutConfig
+    trainer: TrainerConfig
+    eval: EvalConfig
+    seed: int = 1
+    device: str = "auto"
+    resume: str | None = None
+    checkpoint: str | None = None
+
+    @property
+    def smoke(self) -> bool:
+        """A capped run (a few steps or a data subset): its numbers are not results."""
+        return self.trainer.max_steps is not None or self.data.limit is not None
+
+
+def from_dict(raw: dict[str, Any]) -> SentimentRunConfig:
+    """Validate a composed config of a sentiment run (a plain dict, e.g. from a checkpoint)."""
+    cell = raw.get("cell") or {}
+    model = build(SentimentModelConfig,
+                   {**raw["model"], "cell": cell.get("type", "lstm"), "gates": cell.get("gates", "tied")}, "model")
+    dropout = build(DropoutConfig, {**raw["dropout"], "per_gate": model.gates == "untied"}, "dropout")
+    if model.cell != "lstm" and dropout.scheme not in SINGLE_STATE_SCHEMES:
+        reason = ("it drops the LSTM's cell state c_t, which a " + model.cell.upper() + " does not have"
+                  if dropout.scheme == "moon" else "it is implemented for the LSTM only")
+        raise ConfigError(f"dropout={dropout.scheme} cannot run on cell={model.cell}: {reason}. Use cell=lstm, "
+                          f"or dropout={' / '.join(SINGLE_STATE_SCHEMES)}")
+    trainer = build(TrainerConfig, raw["trainer"], "trainer")
+    if trainer.optimizer not in ("sgd", "adam"):
+        raise ConfigError(f"trainer.optimizer={trainer.optimizer} is for language models; sentiment runs take "
+                          f"`sgd` or `adam` (Gal: adam)")
+    if trainer.ar or trainer.tar:
+        raise ConfigError("trainer.ar and trainer.tar are AWD's penalties on a language model's outputs over time; "
+                          "a sentiment model reads one step: set them to 0")
+    return SentimentRunConfig(
+        data=build(SentimentDataConfig, raw["data"], "data"),
+        model=model,
+        dropout=dropout,
+        trainer=trainer,
+        eval=build(EvalConfig, raw["eval"], "eval"),
+        seed=int(raw.get("seed", 1)),
+        device=str(raw.get("device", "auto")),
+        resume=raw.get("resume"),
+        checkpoint=raw.get("checkpoint"),
+    )

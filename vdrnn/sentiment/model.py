@@ -1,0 +1,73 @@
+"""The sentiment model: embedding -> recurrent layers -> dropout -> linear, read at the last real step.
+
+    tokens -> embedding -> [word-type mask] -> layer 1 (x-, h- or c-masks) -> ... -> layer L
+           -> output at step length-1 -> [output mask] -> linear -> logits (IMDB) or rating (scale)
+
+Masks are drawn once per ``forward``, i.e. once per minibatch, per sample, by the dropout scheme
+(:mod:`vdrnn.dropout`). Padding cannot change a review's output: the recurrence is causal, the
+fixed-over-time masks have no time axis, and the head reads step ``length - 1`` of each review.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from vdrnn.dropout import DropoutScheme
+from vdrnn.recurrent import GATES, GRU_GATES, RNN_GATES, GRULayer, LSTMLayer, RNNLayer
+from vdrnn.sentiment.config import SentimentModelConfig
+
+
+def make_layer(config: SentimentModelConfig, input_size: int) -> nn.Module:
+    if config.cell == "lstm":
+        return LSTMLayer(input_size, config.hidden_size, config.impl)
+    return (GRULayer if config.cell == "gru" else RNNLayer)(input_size, config.hidden_size)
+
+
+class SentimentModel(nn.Module):
+    def __init__(self, vocab_size: int, num_outputs: int, config: SentimentModelConfig, dropout: DropoutScheme):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.config = config
+        self.dropout = dropout
+        self.gates = {"lstm": GATES, "gru": GRU_GATES, "rnn": RNN_GATES}[config.cell]
+        embedding = config.embedding_size or config.hidden_size
+        self.embedding = nn.Embedding(vocab_size, embedding)
+        sizes = [embedding] + [config.hidden_size] * config.num_layers
+        self.layers = nn.ModuleList(make_layer(config, sizes[i]) for i in range(config.num_layers))
+        self.head = nn.Linear(config.hidden_size, num_outputs)
+        # As the language model's `model.init`: uniform sets every parameter, biases included, to
+        # U(+-init_range) (Zaremba, Gal); awd only the embedding, zeroes the head's bias and leaves the
+        # recurrent layers at PyTorch's U(+-1/sqrt(H)).
+        if config.init == "uniform":
+            for p in self.parameters():
+                nn.init.uniform_(p, -config.init_range, config.init_range)
+        else:
+            nn.init.uniform_(self.embedding.weight, -config.init_range, config.init_range)
+            nn.init.zeros_(self.head.bias)
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, stochastic: bool | None = None,
+                word_dropout: bool = True) -> torch.Tensor:
+        """tokens [T, B] (padded after each review's end), lengths [B] -> outputs [B, num_outputs].
+
+        ``stochastic`` (default: ``self.training``) draws dropout masks; off, every mask is one
+        (weight scaling). MC evaluation passes ``stochastic=True`` and its ``word_dropout`` choice.
+        """
+        stochastic = self.training if stochastic is None else stochastic
+        x = self.embedding(tokens)
+        if stochastic and word_dropout:
+            word_mask = self.dropout.word_type_mask(tokens, self.vocab_size)
+            if word_mask is not None:
+                x = x * word_mask
+        batch = tokens.shape[1]
+        for index, layer in enumerate(self.layers):
+            masks = self.dropout.layer_masks(x, layer.hidden_size, self.gates, index) if stochastic else None
+            h0 = torch.zeros(batch, layer.hidden_size, device=x.device)
+            x, _ = layer(x, (h0, h0) if isinstance(layer, LSTMLayer) else h0, masks)
+        # The output at each review's last real step: [1, B, H].
+        last = x.gather(0, (lengths - 1).to(x.device).view(1, -1, 1).expand(1, -1, x.shape[-1]))
+        if stochastic:
+            out_mask = self.dropout.output_mask(last)
+            if out_mask is not None:
+                last = last * out_mask.to(last.dtype)
+        return self.head(last.squeeze(0))

@@ -1,0 +1,180 @@
+"""Training a sentiment model: minibatches of whole reviews (or chunks), early stopping on validation.
+
+One epoch reads the shuffled training set in minibatches of ``data.batch_size`` sequences, one
+optimizer step each (Adam in Gal's scripts), dropout masks drawn per minibatch and per sample.
+After each epoch: validation metrics, the test metrics of this epoch's weights (weight scaling; the
+per-epoch curve of Gal's figures, in ``metrics.jsonl``), ``last.pt`` and, when validation improved,
+``best.pt``. At the end the best-validation checkpoint is tested with weight scaling and, with
+``eval=mc``, MC dropout: those are the headline numbers in ``metrics.json``.
+
+Model selection uses the validation loss the model is trained on: NLL (IMDB) or RMSE (scale).
+Resuming from ``last.pt`` restores model, optimizer, RNG states and progress, so the shuffles and
+masks continue exactly as an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from vdrnn import checkpoint
+from vdrnn.config import EvalConfig, build
+from vdrnn.dropout import make_dropout
+from vdrnn.errors import ConfigError
+from vdrnn.evaluate import autocast
+from vdrnn.runner import EpochTrainer, TrainWindow, resolve_device
+from vdrnn.sentiment.config import SentimentRunConfig, from_dict
+from vdrnn.sentiment.data import CLASSIFICATION, TaskData, load_task, minibatches
+from vdrnn.sentiment.evaluate import evaluate_split
+from vdrnn.sentiment.model import SentimentModel
+from vdrnn.tracking import RunLogger
+
+log = logging.getLogger("vdrnn")
+
+
+def build_model(cfg: SentimentRunConfig, task: TaskData, device: torch.device) -> SentimentModel:
+    return SentimentModel(len(task.vocab), task.num_outputs, cfg.model, make_dropout(cfg.dropout)).to(device)
+
+
+def evaluate_all(model: SentimentModel, task: TaskData, cfg: SentimentRunConfig) -> dict[str, Any]:
+    """valid_* and test_* with weight scaling, plus test_*_mc with ``eval=mc``."""
+    started = time.perf_counter()
+    metrics: dict[str, Any] = {}
+    for name, split in (("valid", task.valid), ("test", task.test)):
+        metrics.update({f"{name}_{k}": v for k, v in evaluate_split(model, split, task, cfg, mc=False).items()})
+    if cfg.eval.mode == "mc":
+        mc_started = time.perf_counter()
+        metrics.update({f"test_{k}_mc": v for k, v in evaluate_split(model, task.test, task, cfg, mc=True).items()})
+        metrics["mc_samples"] = cfg.eval.samples
+        metrics["mc_seconds"] = time.perf_counter() - mc_started
+    metrics["eval_seconds"] = time.perf_counter() - started
+    return metrics
+
+
+class SentimentTrainer(EpochTrainer):
+    def setup(self) -> SentimentModel:
+        started = time.perf_counter()
+        self.task = load_task(self.cfg.data)
+        self.vocab = self.task.vocab
+        # Model selection uses the validation loss the model is trained on (lower is better).
+        self.selector = "nll" if self.task.kind == CLASSIFICATION else "rmse"
+        log.info("%s: %d train / %d valid / %d test sequences, vocabulary %d, loaded in %.1fs", self.cfg.data.name,
+                 len(self.task.train), len(self.task.valid), len(self.task.test), len(self.task.vocab),
+                 time.perf_counter() - started)
+        return build_model(self.cfg, self.task, self.device)
+
+    def steps_per_epoch(self) -> int:
+        return -(-len(self.task.train) // self.cfg.data.batch_size)
+
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if self.task.kind == CLASSIFICATION:
+            return F.cross_entropy(outputs.float(), targets)
+        return F.mse_loss(outputs.float().squeeze(-1), targets)  # standardised ratings, as Gal's script
+
+    def train_epoch(self, lr: float, logger: RunLogger, bar: tqdm) -> dict[str, float]:
+        cfg, model = self.cfg, self.model
+        model.train()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        window, totals = TrainWindow(self.device), {"loss": 0.0, "seqs": 0, "words": 0}
+        started = time.perf_counter()
+        grad_norm = None
+
+        def log_window() -> None:
+            seqs, words = window.weight, window.words
+            mean_loss, wps = self.read_window(window)
+            logger.scalars({"train/loss": mean_loss, "train/lr": lr, "train/grad_norm": float(grad_norm),
+                            "train/wps": wps}, self.step)
+            bar.set_postfix(loss=f"{mean_loss:.4f}", wps=f"{wps:,.0f}", lr=f"{lr:.4g}")
+            totals["loss"] += mean_loss * seqs
+            totals["seqs"] += seqs
+            totals["words"] += words
+
+        for tokens, lengths, targets in minibatches(self.task.train, cfg.data.batch_size, shuffle=True):
+            tokens, lengths, targets = tokens.to(self.device), lengths.to(self.device), targets.to(self.device)
+            with autocast(self.device, cfg.trainer.amp):
+                outputs = model(tokens, lengths)
+            loss = self.loss(outputs, targets)
+            grad_norm = self.optimizer_step(loss)
+            self.step += 1
+            window.add(loss, len(targets), int(lengths.sum()))
+            bar.update(1)
+            if window.steps == cfg.trainer.log_every:
+                log_window()
+            if self.step_cap_reached():
+                break
+        if window.steps:
+            log_window()
+        seconds = time.perf_counter() - started
+        return {"train_loss": totals["loss"] / totals["seqs"], "wps": totals["words"] / seconds,
+                "epoch_seconds": seconds}
+
+    def validate(self) -> dict[str, float]:
+        valid = evaluate_split(self.model, self.task.valid, self.task, self.cfg, mc=False)
+        # The test metrics of every epoch's weights: the curve of Gal's figures, not the result.
+        test = evaluate_split(self.model, self.task.test, self.task, self.cfg, mc=False)
+        return {**valid, **{f"test_{k}": v for k, v in test.items()}}
+
+    def summary(self, record: dict[str, Any]) -> str:
+        valid = {k.removeprefix("valid_"): v for k, v in record.items() if k.startswith("valid_")}
+        test = {k.removeprefix("test_"): v for k, v in record.items() if k.startswith("test_")}
+        return f"train loss {record['train_loss']:.4f}  valid {describe(valid)}  test {describe(test)}"
+
+    def final_metrics(self) -> dict[str, Any]:
+        metrics = evaluate_all(self.model, self.task, self.cfg)
+        names = [key.removeprefix("valid_") for key in metrics if key.startswith("valid_")]
+        log.info("test %s (best-validation checkpoint)%s", describe({k: metrics[f"test_{k}"] for k in names}),
+                 f", MC test {describe({k: metrics[f'test_{k}_mc'] for k in names})} ({self.cfg.eval.samples} samples)"
+                 if self.cfg.eval.mode == "mc" else "")
+        return metrics
+
+    def final_tags(self) -> dict[str, str]:
+        names = ("accuracy", "nll", "ece", "entropy") if self.task.kind == CLASSIFICATION else ("rmse",)
+        return {**super().final_tags(), **{f"test/{n}": f"test_{n}" for n in names},
+                **{f"test/{n}_mc": f"test_{n}_mc" for n in names}}
+
+    def is_smoke_run(self) -> bool:
+        return self.cfg.smoke
+
+
+def describe(metrics: dict[str, float]) -> str:
+    """One log-line summary: "acc 85.12% nll 0.345 ece 0.021 ent 0.301" or "rmse 0.1532"."""
+    if "rmse" in metrics:
+        return f"rmse {metrics['rmse']:.4f}"
+    return (f"acc {100 * metrics['accuracy']:.2f}% nll {metrics['nll']:.4f} ece {metrics['ece']:.4f} "
+            f"ent {metrics['entropy']:.4f}")
+
+
+def run(raw: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """`vdrnn train dataset=imdb|scale`: ``raw`` is the composed config as plain containers."""
+    return SentimentTrainer(from_dict(raw), run_dir, raw).fit()
+
+
+def evaluate(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`vdrnn eval`: rebuild the checkpoint's model and data; evaluation, device, seed and data.root are ours.
+
+    Only those keys are read from ``raw``: the rest of it is whatever the command line composed (the
+    default dataset is PTB's), while the model and the data settings must be the checkpoint's.
+    """
+    payload = checkpoint.load(path)
+    trained = from_dict(payload["config"])
+    data = dataclasses.replace(trained.data, root=raw["data"].get("root"))
+    run_cfg = dataclasses.replace(trained, data=data, eval=build(EvalConfig, raw["eval"], "eval"),
+                                  seed=int(raw.get("seed", 1)), device=str(raw.get("device", "auto")))
+    device = resolve_device(run_cfg.device)
+    torch.manual_seed(run_cfg.seed)
+    task = load_task(run_cfg.data)
+    if task.vocab != payload["vocab"]:
+        raise ConfigError(f"checkpoint {path} was trained on another vocabulary than the data found now")
+    model = build_model(run_cfg, task, device)
+    checkpoint.load_model_state(model, payload, path)
+    metrics = evaluate_all(model, task, run_cfg)
+    metrics.update({"checkpoint": str(path), "epoch": payload["epoch"]})
+    return metrics
