@@ -131,6 +131,9 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
     cell = raw.get("cell") or {}
     model = build(ModelConfig, {**raw["model"], "cell": cell.get("type", "lstm"), "gates": cell.get("gates", "tied")},
                    "model")
+    if model.cell != "lstm":
+        raise ConfigError(f"cell={model.cell} is for the sentiment datasets; the language model is an LSTM: "
+                          f"use `cell=lstm`, or `dataset=imdb`/`dataset=scale` with this cell")
     dropout = build(DropoutConfig, {**raw["dropout"], "per_gate": model.gates == "untied"}, "dropout")
     return RunConfig(
         data=build(DataConfig, raw["data"], "data"),

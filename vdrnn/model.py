@@ -21,6 +21,7 @@ from vdrnn.errors import ConfigError
 from vdrnn.recurrent import GATES, IMPLS, LSTMLayer
 
 State = list[tuple[torch.Tensor, torch.Tensor]]
+CELLS = ("lstm", "gru", "rnn")
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,8 @@ class ModelConfig:
     impl: str = "auto"  # masked recurrences: auto (fast on CUDA, reference on CPU) | fast | reference
 
     def __post_init__(self) -> None:
-        if self.cell != "lstm":
-            raise ConfigError(f"cell={self.cell!r} is not available for language modelling yet; use `cell=lstm`")
+        if self.cell not in CELLS:
+            raise ConfigError(f"cell.type={self.cell!r}; choose `cell=lstm`, `cell=gru` or `cell=rnn`")
         if self.gates not in ("tied", "untied"):
             raise ConfigError(f"cell.gates={self.gates!r}; choose `cell.gates=tied` or `cell.gates=untied`")
         if self.impl not in IMPLS:
@@ -56,6 +57,18 @@ class ModelConfig:
         return [embedding] + [self.hidden_size] * (self.num_layers - 1) + [last]
 
 
+def initialize(model: nn.Module, config: ModelConfig, embedding: nn.Embedding, head: nn.Linear) -> None:
+    """``model.init``: uniform sets every parameter, biases included, to U(+-init_range) (Zaremba, Gal);
+    awd (Merity et al.) only the embedding, zeroes the output layer's bias and leaves the recurrent
+    layers at PyTorch's U(+-1/sqrt(H))."""
+    if config.init == "uniform":
+        for p in model.parameters():
+            nn.init.uniform_(p, -config.init_range, config.init_range)
+    else:
+        nn.init.uniform_(embedding.weight, -config.init_range, config.init_range)
+        nn.init.zeros_(head.bias)
+
+
 class LanguageModel(nn.Module):
     def __init__(self, vocab_size: int, config: ModelConfig, dropout: DropoutScheme):
         super().__init__()
@@ -66,14 +79,7 @@ class LanguageModel(nn.Module):
         self.embedding = nn.Embedding(vocab_size, sizes[0])
         self.layers = nn.ModuleList(LSTMLayer(sizes[i], sizes[i + 1], config.impl) for i in range(config.num_layers))
         self.decoder = nn.Linear(sizes[-1], vocab_size)
-        if config.init == "uniform":
-            # Zaremba and Gal initialise every parameter, biases included, uniformly in +-init_range.
-            for p in self.parameters():
-                nn.init.uniform_(p, -config.init_range, config.init_range)
-        else:
-            # AWD-LSTM: embedding U(+-init_range), decoder bias 0, LSTMs keep PyTorch's U(+-1/sqrt(H)).
-            nn.init.uniform_(self.embedding.weight, -config.init_range, config.init_range)
-            nn.init.zeros_(self.decoder.bias)
+        initialize(self, config, self.embedding, self.decoder)
         if config.tie_weights:
             self.decoder.weight = self.embedding.weight  # one parameter, after init
 

@@ -12,10 +12,9 @@ from typing import Any
 from vdrnn.config import EvalConfig, TrainerConfig, build
 from vdrnn.dropout import DropoutConfig
 from vdrnn.errors import ConfigError
-from vdrnn.recurrent import IMPLS
+from vdrnn.model import ModelConfig
 
 DATASETS = ("imdb", "scale")
-CELLS = ("lstm", "gru", "rnn")
 # Schemes whose masks a GRU or tanh RNN can take; Moon drops the LSTM's cell state c_t, and the
 # layers without one would have nowhere to put it.
 SINGLE_STATE_SCHEMES = ("none", "zaremba", "variational")
@@ -54,36 +53,20 @@ class SentimentDataConfig:
 
 
 @dataclass(frozen=True)
-class SentimentModelConfig:
+class SentimentModelConfig(ModelConfig):
+    """The language model's ModelConfig with Gal's sentiment sizes, and what a classifier cannot do."""
+
     num_layers: int = 1
-    hidden_size: int = 128
-    embedding_size: int | None = None  # None: the hidden size (Gal: 128 and 128)
-    tie_weights: bool = False  # the language model's decoder = embedding; a classifier head cannot be tied
-    init: str = "uniform"  # uniform: every parameter U(+-init_range) | awd: only the embedding; head bias 0
-    init_range: float = 0.05
-    cell: str = "lstm"
-    gates: str = "tied"
-    impl: str = "auto"  # LSTM's masked recurrences: auto | fast | reference; GRU and RNN always use the reference
+    hidden_size: int = 128  # embedding 128 too (embedding_size: None)
 
     def __post_init__(self) -> None:
-        if self.cell not in CELLS:
-            raise ConfigError(f"cell.type={self.cell!r}; choose `cell=lstm`, `cell=gru` or `cell=rnn`")
-        if self.gates not in ("tied", "untied"):
-            raise ConfigError(f"cell.gates={self.gates!r}; choose `cell.gates=tied` or `cell.gates=untied`")
-        if self.impl not in IMPLS:
-            raise ConfigError(f"model.impl={self.impl!r}; choose one of {', '.join(IMPLS)}")
+        super().__post_init__()
         if self.impl == "fast" and self.cell != "lstm":
             raise ConfigError(f"model.impl=fast is the fused LSTM kernel; cell={self.cell} runs its masked "
                               f"recurrence on the reference loop: use model.impl=auto")
         if self.tie_weights:
             raise ConfigError("model.tie_weights=true ties a language model's decoder to its embedding; a "
                               "sentiment head has no vocabulary-sized weight to tie: set model.tie_weights=false")
-        if self.init not in ("uniform", "awd"):
-            raise ConfigError(f"model.init={self.init!r}; choose `uniform` or `awd`")
-        if self.num_layers < 1 or self.hidden_size < 1 or (self.embedding_size or 1) < 1:
-            raise ConfigError("model.num_layers, model.hidden_size and model.embedding_size must be positive")
-        if not self.init_range > 0:
-            raise ConfigError(f"model.init_range={self.init_range} must be positive (uniform init in +-range)")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from vdrnn.dropout import DropoutScheme
+from vdrnn.model import initialize
 from vdrnn.recurrent import GATES, GRU_GATES, RNN_GATES, GRULayer, LSTMLayer, RNNLayer
 from vdrnn.sentiment.config import SentimentModelConfig
 
@@ -36,15 +37,7 @@ class SentimentModel(nn.Module):
         sizes = [embedding] + [config.hidden_size] * config.num_layers
         self.layers = nn.ModuleList(make_layer(config, sizes[i]) for i in range(config.num_layers))
         self.head = nn.Linear(config.hidden_size, num_outputs)
-        # As the language model's `model.init`: uniform sets every parameter, biases included, to
-        # U(+-init_range) (Zaremba, Gal); awd only the embedding, zeroes the head's bias and leaves the
-        # recurrent layers at PyTorch's U(+-1/sqrt(H)).
-        if config.init == "uniform":
-            for p in self.parameters():
-                nn.init.uniform_(p, -config.init_range, config.init_range)
-        else:
-            nn.init.uniform_(self.embedding.weight, -config.init_range, config.init_range)
-            nn.init.zeros_(self.head.bias)
+        initialize(self, config, self.embedding, self.head)
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, stochastic: bool | None = None,
                 word_dropout: bool = True) -> torch.Tensor:
