@@ -1,0 +1,46 @@
+"""The language-model trainer's objective: Zaremba's and Gal's sum over BPTT steps, or AWD's mean."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+
+from vdrnn.config import from_dict, to_container
+from vdrnn.train import LanguageModelTrainer
+
+
+def trainer(tmp_path, corpus, *overrides) -> LanguageModelTrainer:
+    with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "model=small", "model.hidden_size=8", "model.impl=reference", "dropout=none", f"data.root={corpus}",
+            "data.allow_custom_corpus=true", "data.batch_size=4", "data.bptt=6", "device=cpu",
+            "trainer.clip=1e9", *overrides])
+    raw = to_container(cfg)
+    return LanguageModelTrainer(from_dict(raw), tmp_path, raw)
+
+
+@pytest.mark.parametrize("loss,factor", [("sum_over_time", 6.0), ("mean", 1.0)])
+def test_objective_is_nll_summed_over_time_or_mean(tmp_path, tiny_corpus, loss, factor):
+    t = trainer(tmp_path, tiny_corpus, f"trainer.loss={loss}")
+    inputs, targets = t.train_data[:6], t.train_data[1:7]
+    state = t.model.initial_state(4, "cpu")
+    before = [p.detach().clone() for p in t.model.parameters()]
+    nll, grad_norm, _ = t.train_step(inputs, targets, state, lr=1e-3)
+    # The gradient of the reported (mean) NLL, recomputed on the weights before the step:
+    with torch.no_grad():
+        for p, b in zip(t.model.parameters(), before, strict=True):
+            p.copy_(b)
+    t.model.zero_grad()
+    logits, _ = t.model(inputs, state)
+    torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten()).backward()
+    mean_norm = torch.sqrt(sum(p.grad.pow(2).sum() for p in t.model.parameters()))
+    assert grad_norm.item() == pytest.approx(factor * mean_norm.item(), rel=1e-4)
+    assert t.step == 1 and nll.item() == pytest.approx(
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten()).item(), rel=1e-5)
+
+
+def test_zaremba_and_gal_presets_sum_over_time_and_awd_averages(tmp_path, tiny_corpus):
+    assert trainer(tmp_path, tiny_corpus).cfg.trainer.loss == "sum_over_time"
+    with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
+        assert compose(config_name="config", overrides=["experiment=awd_ptb"]).trainer.loss == "mean"
