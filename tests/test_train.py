@@ -44,3 +44,37 @@ def test_zaremba_and_gal_presets_sum_over_time_and_awd_averages(tmp_path, tiny_c
     assert trainer(tmp_path, tiny_corpus).cfg.trainer.loss == "sum_over_time"
     with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
         assert compose(config_name="config", overrides=["experiment=awd_ptb"]).trainer.loss == "mean"
+
+
+def test_nt_asgd_switches_to_averaging_on_the_non_monotone_trigger(tmp_path, tiny_corpus):
+    t = trainer(tmp_path, tiny_corpus, "trainer.optimizer=ntasgd", "trainer.nonmono=2")
+    for score in (40.0, 39.0, 38.0):  # improving: plain SGD goes on
+        t.after_validation(score)
+    assert not t.averaging and isinstance(t.optimizer, torch.optim.SGD)
+    t.after_validation(41.0)  # worse than the best of all epochs but the last two (40): switch
+
+
+def test_fine_tuning_averages_from_the_start_and_stops_on_the_trigger(tmp_path, tiny_corpus):
+    t = trainer(tmp_path, tiny_corpus, "trainer.optimizer=asgd", "trainer.stop_nonmono=true", "trainer.nonmono=2")
+    assert t.averaging and isinstance(t.optimizer, torch.optim.ASGD)
+    for score in (40.0, 39.0, 38.0):  # improving: no trigger
+        t.after_validation(score)
+    assert not t.stopped_early()
+    t.after_validation(45.0)  # worse than the best of all epochs but the last two (40): stop
+    assert t.stopped_early() and t.extra_state()["stopped"]
+
+
+def test_init_from_loads_the_weights_only(tmp_path, tiny_corpus):
+    first = trainer(tmp_path / "a", tiny_corpus)
+    with torch.no_grad():
+        for p in first.model.parameters():
+            p.add_(1.0)
+    first.epoch, first.step = 3, 99
+    from vdrnn import checkpoint
+
+    (tmp_path / "a").mkdir(exist_ok=True)
+    checkpoint.save(first.state(), tmp_path / "a" / "best.pt")
+    second = trainer(tmp_path / "b", tiny_corpus, f"init_from={tmp_path / 'a' / 'best.pt'}")
+    assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(),
+                                                  second.model.state_dict().values(), strict=True))
+    assert (second.epoch, second.step) == (0, 0)

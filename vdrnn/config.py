@@ -17,7 +17,7 @@ from vdrnn.errors import ConfigError
 from vdrnn.model import ModelConfig
 
 AMP_MODES = ("off", "bf16", "fp16")
-OPTIMIZERS = ("sgd", "adam", "ntasgd")
+OPTIMIZERS = ("sgd", "adam", "ntasgd", "asgd")
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class TrainerConfig:
     ar: float = 0.0
     tar: float = 0.0
     nonmono: int = 5
+    stop_nonmono: bool = False
     log_every: int = 100
     progress: bool = True
 
@@ -111,6 +112,7 @@ class RunConfig:
     device: str = "auto"
     resume: str | None = None
     checkpoint: str | None = None
+    init_from: str | None = None
 
 
 def build(cls, values: dict[str, Any], where: str):
@@ -144,5 +146,6 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
         seed=int(raw.get("seed", 1)),
         device=str(raw.get("device", "auto")),
         resume=raw.get("resume"),
+        init_from=raw.get("init_from"),
         checkpoint=raw.get("checkpoint"),
     )

@@ -47,11 +47,12 @@ def resolve_device(name: str) -> torch.device:
 
 
 def make_optimizer(model: torch.nn.Module, trainer: TrainerConfig, averaging: bool = False) -> torch.optim.Optimizer:
-    """SGD, Adam, or (ntasgd) SGD that becomes averaged SGD; weight_decay_mode=l2 puts the decay in it."""
+    """SGD, Adam, averaged SGD (asgd), or (ntasgd) SGD until ``averaging`` is asked for; weight_decay_mode=l2
+    puts the decay in the optimizer."""
     l2 = trainer.weight_decay if trainer.weight_decay_mode == "l2" else 0.0
     if trainer.optimizer == "adam":
         return torch.optim.Adam(model.parameters(), lr=trainer.lr, weight_decay=l2)
-    if averaging:  # Merity et al.'s ASGD: average from the switch on (t0=0), no lr decay (lambd=0)
+    if averaging or trainer.optimizer == "asgd":  # Merity et al.'s ASGD: averages from its start (t0=0), lambd=0
         return torch.optim.ASGD(model.parameters(), lr=trainer.lr, t0=0, lambd=0.0, weight_decay=l2)
     return torch.optim.SGD(model.parameters(), lr=trainer.lr, weight_decay=l2)
 
@@ -158,6 +159,10 @@ class EpochTrainer:
     def after_validation(self, score: float) -> None:
         """Called after every epoch's validation (AWD: the switch to averaged SGD)."""
 
+    def stopped_early(self) -> bool:
+        """True once the task's own stopping rule has fired (AWD's fine-tuning)."""
+        return False
+
     def extra_state(self) -> dict[str, Any]:
         return {}
 
@@ -249,7 +254,7 @@ class EpochTrainer:
         log.info("model: %s, %.2fM parameters; dropout %s; device %s; output %s", self.describe_model(),
                  n_params / 1e6, cfg.dropout.scheme, self.device, self.run_dir)
         try:
-            while self.epoch < cfg.trainer.epochs and not self.step_cap_reached():
+            while self.epoch < cfg.trainer.epochs and not self.step_cap_reached() and not self.stopped_early():
                 self.run_epoch(logger)
             metrics = self.test(logger)
         finally:

@@ -60,10 +60,17 @@ class LanguageModelTrainer(EpochTrainer):
         self.corpus = load_corpus(self.cfg)
         self.vocab = self.corpus.vocab
         self.train_data = ptb.batchify(self.corpus.train, self.cfg.data.batch_size).to(self.device)
-        self.averaging = False  # ntasgd: switched to averaged SGD
+        self.averaging = self.cfg.trainer.optimizer == "asgd"  # averaged SGD (from the start, or after ntasgd's switch)
         self.valid_history: list[float] = []  # every epoch's validation perplexity (NT-ASGD's trigger)
+        self.stopped = False  # trainer.stop_nonmono fired
         self._graphed: GraphedTrainStep | None = None  # made on first use, after a resume has loaded
-        return build_model(self.cfg, len(self.vocab), self.device)
+        model = build_model(self.cfg, len(self.vocab), self.device)
+        if self.cfg.init_from:  # weights only: a new run (e.g. AWD's fine-tuning) starts from a trained model
+            payload = checkpoint.load(self.cfg.init_from)
+            if payload["vocab"] != self.vocab:
+                raise ConfigError(f"init_from={self.cfg.init_from} was trained on another vocabulary")
+            checkpoint.load_model_state(model, payload, self.cfg.init_from)
+        return model
 
     def steps_per_epoch(self) -> int:
         return math.ceil((self.train_data.shape[0] - 1) / self.cfg.data.bptt)
@@ -178,21 +185,30 @@ class LanguageModelTrainer(EpochTrainer):
         return swapped_weights(params, [self.optimizer.state[p]["ax"] for p in params])
 
     def after_validation(self, score: float) -> None:
-        """NT-ASGD (Merity et al.): switch SGD to averaged SGD once validation is worse than the best
-        of all epochs but the last ``nonmono``."""
+        """Merity et al.'s non-monotone trigger: validation worse than the best of all epochs but the last
+        ``nonmono``. With ntasgd it switches SGD to averaged SGD; with ``stop_nonmono`` (fine-tuning) it
+        ends training."""
         t = self.cfg.trainer
         history, self.valid_history = self.valid_history, [*self.valid_history, score]
-        if t.optimizer == "ntasgd" and not self.averaging and len(history) > t.nonmono \
-                and score > min(history[: -t.nonmono]):
+        if not (len(history) > t.nonmono and score > min(history[: -t.nonmono])):
+            return
+        if t.optimizer == "ntasgd" and not self.averaging:
             log.info("switching to averaged SGD after epoch %d (NT-ASGD)", self.epoch)
             self.optimizer = make_optimizer(self.model, t, averaging=True)
             self.averaging = True
+        elif t.stop_nonmono:
+            log.info("stopping after epoch %d: validation stopped improving (trainer.stop_nonmono)", self.epoch)
+            self.stopped = True
+
+    def stopped_early(self) -> bool:
+        return self.stopped
 
     def extra_state(self) -> dict[str, Any]:
-        return {"averaging": self.averaging, "valid_history": self.valid_history}
+        return {"averaging": self.averaging, "valid_history": self.valid_history, "stopped": self.stopped}
 
     def load_extra_state(self, payload: dict[str, Any]) -> None:
         self.averaging, self.valid_history = payload["averaging"], payload["valid_history"]
+        self.stopped = payload["stopped"]
         if self.averaging:
             self.optimizer = make_optimizer(self.model, self.cfg.trainer, averaging=True)
 
