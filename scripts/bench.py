@@ -87,7 +87,7 @@ def make_step(model, optimizer, hidden: int, variant: str, amp: str):
 
     dtype = torch.bfloat16 if amp == "bf16" else None
 
-    def step(tokens, targets, state):  # the trainer's eager step (vdrnn.train.Trainer.train_epoch)
+    def step(tokens, targets, state):  # the eager step (as LanguageModelTrainer.train_step)
         state = state or model.initial_state(BATCH, "cuda")
         state = [(h.detach(), c.detach()) for h, c in state]
         with torch.autocast("cuda", dtype=dtype, enabled=dtype is not None):

@@ -48,7 +48,7 @@ class GraphedTrainStep:
             raise ValueError("GraphedTrainStep needs the model on a CUDA device")
         self.tokens = torch.zeros(bptt, batch_size, dtype=torch.long, device=device)
         self.targets = torch.zeros_like(self.tokens)
-        # One buffer per tensor: initial_state shares one zero tensor between h and c.
+        # The graph reads the carried state from these buffers; callers copy theirs in before a replay.
         self.state = [(torch.zeros_like(h), torch.zeros_like(c)) for h, c in model.initial_state(batch_size, device)]
         self.graph: torch.cuda.CUDAGraph | None = None
         self.outputs = None
