@@ -181,12 +181,47 @@ class EpochTrainer:
         apply_weight_decay(self.model, self.cfg.trainer)
         return grad_norm
 
-    def read_window(self, window: TrainWindow) -> tuple[float, float]:
-        """The window's mean loss and words/s; a NaN or infinite loss stops the run here."""
-        mean_loss, wps = window.read()
-        if not math.isfinite(mean_loss):
-            raise self.diverged(f"training loss is {mean_loss} at step {self.step}")
-        return mean_loss, wps
+    def train_loop(self, batches, step, lr: float, logger: RunLogger, bar: tqdm) -> dict[str, float]:
+        """Run ``step(batch) -> (mean loss tensor, grad norm, weight, words)`` over an epoch's batches.
+
+        The loss stays on the device and is read once per ``trainer.log_every`` steps (a NaN or
+        infinite loss stops the run there); each read logs train/* to TensorBoard and the bar.
+        Returns the epoch's ``train_loss`` (weighted mean), ``wps`` and ``epoch_seconds``.
+        """
+        window, totals = TrainWindow(self.device), {"loss": 0.0, "weight": 0, "words": 0}
+        started = time.perf_counter()
+        grad_norm = None
+
+        def read_window() -> None:
+            weight, words = window.weight, window.words
+            mean_loss, wps = window.read()
+            if not math.isfinite(mean_loss):
+                raise self.diverged(f"training loss is {mean_loss} at step {self.step}")
+            logger.scalars({"train/loss": mean_loss, **self.loss_scalars(mean_loss), "train/lr": lr,
+                            "train/grad_norm": float(grad_norm), "train/wps": wps}, self.step)
+            bar.set_postfix(loss=f"{mean_loss:.4f}", wps=f"{wps:,.0f}", lr=f"{lr:.4g}")
+            totals["loss"] += mean_loss * weight
+            totals["weight"] += weight
+            totals["words"] += words
+
+        for batch in batches:
+            loss, grad_norm, weight, words = step(batch)
+            self.step += 1
+            window.add(loss, weight, words)
+            bar.update(1)
+            if window.steps == self.cfg.trainer.log_every:
+                read_window()
+            if self.step_cap_reached():
+                break
+        if window.steps:
+            read_window()
+        seconds = time.perf_counter() - started
+        return {"train_loss": totals["loss"] / totals["weight"], "wps": totals["words"] / seconds,
+                "epoch_seconds": seconds}
+
+    def loss_scalars(self, mean_loss: float) -> dict[str, float]:
+        """Extra train/* scalars derived from the window's mean loss (the LM's perplexity)."""
+        return {}
 
     def step_cap_reached(self) -> bool:
         return self.cfg.trainer.max_steps is not None and self.step >= self.cfg.trainer.max_steps

@@ -30,7 +30,7 @@ from vdrnn.errors import ConfigError
 from vdrnn.evaluate import autocast, mc_perplexity, perplexity
 from vdrnn.graphed import GraphedTrainStep
 from vdrnn.model import LanguageModel, detach_state
-from vdrnn.runner import EpochTrainer, TrainWindow, make_optimizer, resolve_device, swapped_weights
+from vdrnn.runner import EpochTrainer, make_optimizer, resolve_device, swapped_weights
 from vdrnn.tracking import RunLogger
 
 log = logging.getLogger("vdrnn")
@@ -96,7 +96,7 @@ class LanguageModelTrainer(EpochTrainer):
             start += length
 
     def train_step(self, inputs: torch.Tensor, targets: torch.Tensor, state, lr: float):
-        """One step: (mean NLL of the minibatch, gradient norm, new state), without host sync."""
+        """One eager step: (mean NLL of the minibatch, gradient norm, new state), without host sync."""
         cfg = self.cfg
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -111,7 +111,6 @@ class LanguageModelTrainer(EpochTrainer):
         if cfg.trainer.tar > 0:  # temporal AR: slowness of the undropped output
             loss = loss + cfg.trainer.tar * (raw[1:] - raw[:-1]).float().pow(2).mean()
         grad_norm = self.optimizer_step(loss)
-        self.step += 1
         return nll.detach(), grad_norm, detach_state(state)
 
     def graphed_step(self) -> GraphedTrainStep | None:
@@ -132,42 +131,25 @@ class LanguageModelTrainer(EpochTrainer):
         self.model.train()
         graphed = self.graphed_step()
         state = self.model.initial_state(cfg.data.batch_size, self.device)
-        window, totals = TrainWindow(self.device), {"loss": 0.0, "tokens": 0}
-        started = time.perf_counter()
-        grad_norm = None
 
-        def log_window() -> None:
-            tokens = window.weight
-            mean_loss, wps = self.read_window(window)
-            logger.scalars({"train/loss": mean_loss, "train/ppl": exp_or_inf(mean_loss), "train/lr": lr,
-                            "train/grad_norm": float(grad_norm), "train/wps": wps}, self.step)
-            bar.set_postfix(loss=f"{mean_loss:.3f}", ppl=f"{exp_or_inf(mean_loss):.1f}", wps=f"{wps:,.0f}",
-                            lr=f"{lr:.4g}")
-            totals["loss"] += mean_loss * tokens
-            totals["tokens"] += tokens
-
-        for inputs, targets in self.minibatches():
+        def step(batch):
+            nonlocal state
+            inputs, targets = batch
             # AWD rescales the learning rate with the sequence length, so short minibatches count less.
             step_lr = lr * inputs.shape[0] / cfg.data.bptt if cfg.data.variable_bptt else lr
             if graphed is not None:
                 for group in self.optimizer.param_groups:
                     group["lr"] = step_lr  # a new value re-records the graph (once per epoch)
                 loss, grad_norm, state = graphed(inputs, targets, state)
-                self.step += 1
             else:
                 loss, grad_norm, state = self.train_step(inputs, targets, state, step_lr)
-            window.add(loss, targets.numel(), targets.numel())
-            bar.update(1)
-            if window.steps == cfg.trainer.log_every:
-                log_window()
-            if self.step_cap_reached():
-                break
-        if window.steps:
-            log_window()
-        seconds = time.perf_counter() - started
-        mean = totals["loss"] / totals["tokens"]
-        return {"train_loss": mean, "train_ppl": exp_or_inf(mean), "wps": totals["tokens"] / seconds,
-                "epoch_seconds": seconds}
+            return loss, grad_norm, targets.numel(), targets.numel()
+
+        stats = self.train_loop(self.minibatches(), step, lr, logger, bar)
+        return {**stats, "train_ppl": exp_or_inf(stats["train_loss"])}
+
+    def loss_scalars(self, mean_loss: float) -> dict[str, float]:
+        return {"train/ppl": exp_or_inf(mean_loss)}
 
     def validate(self) -> dict[str, float]:
         d = self.cfg.data

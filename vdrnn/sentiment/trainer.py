@@ -29,7 +29,7 @@ from vdrnn.config import EvalConfig, build
 from vdrnn.dropout import make_dropout
 from vdrnn.errors import ConfigError
 from vdrnn.evaluate import autocast
-from vdrnn.runner import EpochTrainer, TrainWindow, resolve_device
+from vdrnn.runner import EpochTrainer, resolve_device
 from vdrnn.sentiment.config import SentimentRunConfig, from_dict
 from vdrnn.sentiment.data import CLASSIFICATION, TaskData, load_task, minibatches
 from vdrnn.sentiment.evaluate import evaluate_split
@@ -83,38 +83,18 @@ class SentimentTrainer(EpochTrainer):
         model.train()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        window, totals = TrainWindow(self.device), {"loss": 0.0, "seqs": 0, "words": 0}
-        started = time.perf_counter()
-        grad_norm = None
 
-        def log_window() -> None:
-            seqs, words = window.weight, window.words
-            mean_loss, wps = self.read_window(window)
-            logger.scalars({"train/loss": mean_loss, "train/lr": lr, "train/grad_norm": float(grad_norm),
-                            "train/wps": wps}, self.step)
-            bar.set_postfix(loss=f"{mean_loss:.4f}", wps=f"{wps:,.0f}", lr=f"{lr:.4g}")
-            totals["loss"] += mean_loss * seqs
-            totals["seqs"] += seqs
-            totals["words"] += words
-
-        for tokens, lengths, targets in minibatches(self.task.train, cfg.data.batch_size, shuffle=True):
-            tokens, lengths, targets = tokens.to(self.device), lengths.to(self.device), targets.to(self.device)
+        def step(batch):
+            words = int(batch[1].sum())  # the lengths, counted on the host before they move
+            tokens, lengths, targets = (t.to(self.device) for t in batch)
             with autocast(self.device, cfg.trainer.amp):
                 outputs = model(tokens, lengths)
             loss = self.loss(outputs, targets)
             grad_norm = self.optimizer_step(loss)
-            self.step += 1
-            window.add(loss, len(targets), int(lengths.sum()))
-            bar.update(1)
-            if window.steps == cfg.trainer.log_every:
-                log_window()
-            if self.step_cap_reached():
-                break
-        if window.steps:
-            log_window()
-        seconds = time.perf_counter() - started
-        return {"train_loss": totals["loss"] / totals["seqs"], "wps": totals["words"] / seconds,
-                "epoch_seconds": seconds}
+            return loss.detach(), grad_norm, len(targets), words
+
+        batches = minibatches(self.task.train, cfg.data.batch_size, shuffle=True)
+        return self.train_loop(batches, step, lr, logger, bar)
 
     def validate(self) -> dict[str, float]:
         valid = evaluate_split(self.model, self.task.valid, self.task, self.cfg, mc=False)
