@@ -137,8 +137,9 @@ def test_awd_preset_has_the_reference_readme_settings():
 
 def test_lr_schedule_matches_zaremba_medium():
     trainer = from_dict(to_container(composed("model=medium"))).trainer
-    assert [trainer.lr_at(e) for e in (1, 6)] == [1.0, 1.0]
-    assert trainer.lr_at(7) == pytest.approx(1 / 1.2) and trainer.lr_at(39) == pytest.approx(1.2 ** -33)
+    # Zaremba's main.lua: `if epoch > max_epoch then lr = lr / decay` at the end of each epoch (max_epoch 6).
+    assert [trainer.lr_at(e) for e in (1, 6, 7)] == [1.0, 1.0, 1.0]
+    assert trainer.lr_at(8) == pytest.approx(1 / 1.2) and trainer.lr_at(39) == pytest.approx(1.2 ** -32)
 
 
 @pytest.mark.parametrize("override,message", [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 
@@ -45,6 +46,9 @@ class FixedSamples(torch.nn.Module):
     def initial_state(self, batch, device):
         return None
 
+    def frozen_masks(self):
+        return nullcontext()
+
     def forward(self, tokens, state, stochastic=None, word_dropout=True):
         steps, replicas = tokens.shape
         return self.PROBS[:replicas].log().expand(steps, replicas, 3), state
@@ -75,3 +79,30 @@ def test_mc_is_stochastic_and_close_to_weight_scaling_with_variational_dropout()
     b = mc_perplexity(model, stream, samples=8, batch=8, bptt=10)
     scale = perplexity(model, stream, 1, 10)
     assert a != b and abs(math.log(a) - math.log(scale)) < 0.2
+
+
+def test_stream_masks_are_kept_for_the_whole_stream_as_gals_mc_test():
+    """With masks="stream" the chunking of the stream cannot matter: one mask per sample for all of it."""
+    model = model_with("variational", input=0.3, recurrent=0.3, output=0.3)
+    stream = torch.randint(0, V, (60,))
+    results = {}
+    for masks in ("stream", "minibatch"):
+        for bptt in (7, 59):
+            torch.manual_seed(5)
+            results[masks, bptt] = mc_perplexity(model, stream, samples=4, batch=4, bptt=bptt, masks=masks)
+    assert abs(results["stream", 7] - results["stream", 59]) < 1e-9
+    assert abs(results["minibatch", 7] - results["minibatch", 59]) > 1e-6  # redrawn every 7 tokens
+
+
+def test_frozen_masks_keep_locked_masks_but_not_zaremba_fresh_ones():
+    tokens = torch.randint(0, V, (5, 3))
+    for scheme, p, kept in (("variational", {"input": 0.5, "recurrent": 0.5}, True),
+                            ("zaremba", {"input": 0.5}, False)):
+        model = model_with(scheme, **p)
+        state = model.initial_state(3, "cpu")
+        with model.frozen_masks():
+            a, _ = model(tokens, state, stochastic=True)
+            b, _ = model(tokens, state, stochastic=True)
+        assert torch.equal(a, b) == kept
+        c, _ = model(tokens, state, stochastic=True)
+        assert not torch.equal(a, c)  # outside the context masks are drawn per call again

@@ -83,8 +83,10 @@ class TrainerConfig:
             raise ConfigError("need trainer.ar >= 0, trainer.tar >= 0 and trainer.nonmono >= 1")
 
     def lr_at(self, epoch: int) -> float:
-        """Learning rate of epoch ``epoch`` (1-based): constant, then divided by lr_decay every epoch."""
-        return self.lr / self.lr_decay ** max(0, epoch - self.lr_decay_start)
+        """Learning rate of epoch ``epoch`` (1-based), as Zaremba's and Gal's code schedule it: at the end of
+        every epoch e > lr_decay_start (their ``max_epoch``) the lr is divided by lr_decay, so epochs
+        1 .. lr_decay_start + 1 run at the full lr and epoch lr_decay_start + 2 is the first decayed one."""
+        return self.lr / self.lr_decay ** max(0, epoch - self.lr_decay_start - 1)
 
 
 @dataclass(frozen=True)
@@ -93,10 +95,13 @@ class EvalConfig:
     samples: int = 1000
     batch: int = 1000
     word_dropout: bool = False
+    mc_masks: str = "stream"
 
     def __post_init__(self) -> None:
         if self.mode not in ("scale", "mc"):
             raise ConfigError(f"eval.mode={self.mode!r}; choose `eval=scale` or `eval=mc`")
+        if self.mc_masks not in ("stream", "minibatch"):
+            raise ConfigError(f"eval.mc_masks={self.mc_masks!r}; choose `stream` (Gal) or `minibatch`")
         if self.samples < 1 or self.batch < 1:
             raise ConfigError("eval.samples and eval.batch must be at least 1")
 

@@ -146,6 +146,9 @@ class DropoutScheme:
     """Base class: no dropout anywhere. Subclasses override the sites they drop."""
 
     config: DropoutConfig = field(default_factory=DropoutConfig)
+    # Masks fixed over time can be kept across minibatches (MC over a whole stream, Gal's protocol);
+    # masks drawn fresh at every step (Zaremba) cannot.
+    locked = True
 
     def word_type_mask(self, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor | None:
         """Mask [T, B, 1] for the embeddings of ``tokens`` [T, B], or None."""
@@ -185,6 +188,8 @@ class ZarembaDropout(DropoutScheme):
     the final output. h_{t-1} and c_t are never dropped, so the recurrence is the plain LSTM and
     cuDNN runs it.
     """
+
+    locked = False
 
     def layer_masks(self, x, hidden_size, gates, layer=0):
         p = self.config.input_p(layer)

@@ -11,12 +11,14 @@ recurrent ones included, and the predictive probability of each token averaged o
 Probabilities are averaged, not log-probabilities: averaging logs estimates something else (the
 geometric mean), which is never better by Jensen's inequality. The K passes are run side by side:
 the test stream is replicated as K columns of one batch, each column with its own masks and its
-own hidden state, so 1,000 samples cost one pass over the stream at batch 1,000.
+own hidden state, so 1,000 samples cost one pass over the stream at batch 1,000. As in Gal's code,
+each sample keeps its masks for the whole stream by default (``eval.mc_masks=stream``).
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -51,8 +53,13 @@ def perplexity(model: LanguageModel, stream: torch.Tensor, batch_size: int, bptt
 
 @torch.no_grad()
 def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batch: int, bptt: int,
-                  word_dropout: bool = False, amp: str = "off") -> float:
-    """MC-dropout perplexity of one stream, ``samples`` passes run ``batch`` at a time."""
+                  word_dropout: bool = False, amp: str = "off", masks: str = "stream") -> float:
+    """MC-dropout perplexity of one stream, ``samples`` passes run ``batch`` at a time.
+
+    ``masks="stream"`` keeps each sample's masks for the whole stream, as Gal's ``run_MC_test`` (one
+    ``sample_noise`` per pass over the test set); ``"minibatch"`` redraws them every ``bptt`` tokens, as
+    in training. Fresh-per-step masks (Zaremba) are fresh either way.
+    """
     device = next(model.parameters()).device
     stream = stream.to(device)
     # prob_sum[t] = sum over samples of p(stream[t + 1] | stream[: t + 1]).
@@ -62,13 +69,15 @@ def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batc
         replicas = min(batch, samples - done)
         data = stream.unsqueeze(1).expand(-1, replicas)  # every column is the whole stream
         state = model.initial_state(replicas, device)
-        for start, (inputs, _) in zip(range(0, stream.numel() - 1, bptt), minibatches(data, bptt), strict=True):
-            targets = stream[start + 1 : start + 1 + inputs.shape[0]]
-            with autocast(device, amp):
-                logits, state = model(inputs, state, stochastic=True, word_dropout=word_dropout)
-            logits = logits.float()
-            target_logit = logits.gather(-1, targets.view(-1, 1, 1).expand(-1, replicas, 1)).squeeze(-1)
-            log_p = target_logit - torch.logsumexp(logits, dim=-1)  # [T, replicas]
-            prob_sum[start : start + inputs.shape[0]] += log_p.double().exp().sum(dim=1)
+        frozen = model.frozen_masks() if masks == "stream" else nullcontext()
+        with frozen:
+            for start, (inputs, _) in zip(range(0, stream.numel() - 1, bptt), minibatches(data, bptt), strict=True):
+                targets = stream[start + 1 : start + 1 + inputs.shape[0]]
+                with autocast(device, amp):
+                    logits, state = model(inputs, state, stochastic=True, word_dropout=word_dropout)
+                logits = logits.float()
+                target_logit = logits.gather(-1, targets.view(-1, 1, 1).expand(-1, replicas, 1)).squeeze(-1)
+                log_p = target_logit - torch.logsumexp(logits, dim=-1)  # [T, replicas]
+                prob_sum[start : start + inputs.shape[0]] += log_p.double().exp().sum(dim=1)
         done += replicas
     return math.exp(-(prob_sum / samples).log().mean().item())

@@ -11,6 +11,7 @@ carries the hidden state from one call to the next.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -82,6 +83,27 @@ class LanguageModel(nn.Module):
         initialize(self, config, self.embedding, self.decoder)
         if config.tie_weights:
             self.decoder.weight = self.embedding.weight  # one parameter, after init
+        self._frozen: dict | None = None  # see frozen_masks
+
+    @contextmanager
+    def frozen_masks(self):
+        """Within this context the masks fixed over time (every scheme's but Zaremba's fresh-per-step ones)
+        are drawn once, at the first stochastic call, and reused by every later call: one mask per sample
+        for a whole stream read in many minibatches, as Gal's MC test (``eval.mc_masks=stream``).
+        Word-type masks depend on the tokens and are still drawn per call."""
+        self._frozen = {}
+        try:
+            yield
+        finally:
+            self._frozen = None
+
+    def _masks(self, key, draw, *args):
+        """``draw(*args)``, or inside ``frozen_masks`` the masks kept under ``key``."""
+        if self._frozen is None or not self.dropout.locked:
+            return draw(*args)
+        if key not in self._frozen:
+            self._frozen[key] = draw(*args)
+        return self._frozen[key]
 
     def initial_state(self, batch_size: int, device: torch.device | str) -> State:
         # Separate tensors for h and c: graph capture copies into them independently.
@@ -111,12 +133,13 @@ class LanguageModel(nn.Module):
                 x = x * word_mask
         new_state = []
         for index, (layer, layer_state) in enumerate(zip(self.layers, state, strict=True)):
-            masks = self.dropout.layer_masks(x, layer.hidden_size, GATES, index) if stochastic else None
+            masks = self._masks(index, self.dropout.layer_masks, x, layer.hidden_size, GATES, index) \
+                if stochastic else None
             x, layer_state = layer(x, layer_state, masks)
             new_state.append(layer_state)
         raw = x
         if stochastic:
-            out_mask = self.dropout.output_mask(x)
+            out_mask = self._masks("output", self.dropout.output_mask, x)
             if out_mask is not None:
                 x = x * out_mask.to(x.dtype)
         logits = self.decoder(x)

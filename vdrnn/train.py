@@ -219,7 +219,8 @@ def evaluate_all(model: LanguageModel, corpus: ptb.Corpus, cfg: RunConfig) -> di
     }
     if e.mode == "mc":
         mc_started = time.perf_counter()
-        metrics["test_ppl_mc"] = mc_perplexity(model, corpus.test, e.samples, e.batch, d.bptt, e.word_dropout, amp)
+        metrics["test_ppl_mc"] = mc_perplexity(model, corpus.test, e.samples, e.batch, d.bptt, e.word_dropout, amp,
+                                               e.mc_masks)
         metrics["mc_samples"] = e.samples
         metrics["mc_seconds"] = time.perf_counter() - mc_started
     metrics["eval_seconds"] = time.perf_counter() - started
