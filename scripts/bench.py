@@ -229,24 +229,7 @@ def sweep(hidden_sizes, amps) -> list[dict]:
                         y, _ = fused.lstm_fused(x, state, tuple(params), masks)
                     y.backward(grad_y)
                 try:
-                    side = torch.cuda.Stream()
-                    side.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(side):
-                        for _ in range(2):
-                            fwd_bwd()
-                    torch.cuda.current_stream().wait_stream(side)
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph):
-                        fwd_bwd()
-                    times = []
-                    for _ in range(30):
-                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        start.record()
-                        graph.replay()
-                        end.record()
-                        end.synchronize()
-                        times.append(start.elapsed_time(end))
-                    ms = statistics.median(times)
+                    ms = graph_ms(fwd_bwd, replays=30)
                 except Exception as err:  # a block shape the compiler refuses: report, go on
                     print(f"  sweep H={hidden} {amp} {cfg}: failed: {err!r}"[:300], flush=True)
                     continue
@@ -256,7 +239,6 @@ def sweep(hidden_sizes, amps) -> list[dict]:
                 print(f"  sweep H={hidden:5d} {amp:4s} {','.join(map(str, cfg)):16s} splits {plan.split_f}/"
                       f"{4 * plan.ks}: {ms:.3f} ms per layer fwd+bwd ({ms / (2 * BPTT) * 1e3:.1f} us per step "
                       f"kernel at most)", flush=True)
-                del graph
     for knob, value in zip(KNOBS, default, strict=True):
         setattr(fused, knob, value)
     return rows

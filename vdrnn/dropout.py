@@ -154,6 +154,11 @@ class DropoutScheme:
         """Mask [T, B, 1] for the embeddings of ``tokens`` [T, B], or None."""
         return None
 
+    def drop_words(self, embedded: torch.Tensor, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """The embeddings ``embedded`` [T, B, E] of ``tokens`` with this minibatch's word-type mask applied."""
+        mask = self.word_type_mask(tokens, vocab_size)
+        return embedded if mask is None else embedded * mask
+
     def layer_masks(self, x: torch.Tensor, hidden_size: int, gates: int, layer: int = 0) -> LayerMasks:
         """Masks for layer ``layer`` (0-based) whose input is ``x`` [T, B, D]."""
         return LayerMasks()

@@ -128,9 +128,7 @@ class LanguageModel(nn.Module):
         stochastic = self.training if stochastic is None else stochastic
         x = self.embedding(tokens)
         if stochastic and word_dropout:
-            word_mask = self.dropout.word_type_mask(tokens, self.vocab_size)
-            if word_mask is not None:
-                x = x * word_mask
+            x = self.dropout.drop_words(x, tokens, self.vocab_size)
         new_state = []
         for index, (layer, layer_state) in enumerate(zip(self.layers, state, strict=True)):
             masks = self._masks(index, self.dropout.layer_masks, x, layer.hidden_size, GATES, index) \

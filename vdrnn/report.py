@@ -122,6 +122,13 @@ def markdown(lines: list[list[str]], columns: list[str] = COLUMNS) -> str:
     return "\n".join(out) + "\n"
 
 
+def plot_mean_curve(ax, curves: list[list[float]], name: str) -> None:
+    """One line: the mean over seeds of a per-epoch metric, over the epochs every seed reached."""
+    epochs = min(len(c) for c in curves)
+    mean = [statistics.mean(c[e] for c in curves) for e in range(epochs)]
+    ax.plot(range(1, epochs + 1), mean, marker="." if epochs < 30 else None, label=f"{name} (n={len(curves)})")
+
+
 def plot(rows: list[Row], path: Path) -> None:
     """Validation perplexity per epoch, one line per row (mean over seeds, over the epochs all seeds reached)."""
     import matplotlib
@@ -134,10 +141,7 @@ def plot(rows: list[Row], path: Path) -> None:
     fig, axes = plt.subplots(1, max(1, len(sizes)), figsize=(6.5 * max(1, len(sizes)), 4.5), squeeze=False)
     for ax, size in zip(axes[0], sizes, strict=False):
         for row in (r for r in rows if r.size == size and r.curves):
-            epochs = min(len(c) for c in row.curves)
-            mean = [statistics.mean(c[e] for c in row.curves) for e in range(epochs)]
-            ax.plot(range(1, epochs + 1), mean, marker="." if epochs < 30 else None,
-                    label=f"{row.name} (n={len(row.curves)})")
+            plot_mean_curve(ax, row.curves, row.name)
         finite = [v for line in ax.get_lines() for v in line.get_ydata() if math.isfinite(v)]
         if finite:
             ax.set_ylim(min(finite) * 0.95, min(max(finite), min(finite) * 2.0))
@@ -237,10 +241,7 @@ def plot_sentiment(dataset: str, rows: list[SentimentRow], path: Path) -> None:
     fig, axes = plt.subplots(1, len(cells), figsize=(6.5 * len(cells), 4.5), squeeze=False)
     for ax, cell in zip(axes[0], cells, strict=True):
         for row in (r for r in rows if r.cell == cell and r.curves):
-            epochs = min(len(c) for c in row.curves)
-            mean = [statistics.mean(c[e] for c in row.curves) for e in range(epochs)]
-            ax.plot(range(1, epochs + 1), mean, marker="." if epochs < 30 else None,
-                    label=f"{row.scheme} (n={len(row.curves)})")
+            plot_mean_curve(ax, row.curves, row.scheme)
         ax.set(title=f"{dataset}, {cell.upper()}: test error per epoch", xlabel="epoch", ylabel=CURVES[dataset][1])
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

@@ -49,9 +49,7 @@ class SentimentModel(nn.Module):
         stochastic = self.training if stochastic is None else stochastic
         x = self.embedding(tokens)
         if stochastic and word_dropout:
-            word_mask = self.dropout.word_type_mask(tokens, self.vocab_size)
-            if word_mask is not None:
-                x = x * word_mask
+            x = self.dropout.drop_words(x, tokens, self.vocab_size)
         batch = tokens.shape[1]
         for index, layer in enumerate(self.layers):
             masks = self.dropout.layer_masks(x, layer.hidden_size, self.gates, index) if stochastic else None
