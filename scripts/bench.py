@@ -358,7 +358,7 @@ def ncu_target(hidden: int) -> None:
 
 
 # ------------------------------------------------------------------------------------- --mc
-def mc_timing(data_dir: str, samples: int, batch: int, amp: str) -> dict:
+def mc_timing(data_dir: str, samples: int, batch: int, impls: list[str], amps: list[str]) -> dict:
     from vdrnn.data.ptb import tokenize
     from vdrnn.evaluate import mc_perplexity
 
@@ -367,7 +367,7 @@ def mc_timing(data_dir: str, samples: int, batch: int, amp: str) -> dict:
     vocab = {w: i for i, w in enumerate(dict.fromkeys(read("train")))}
     test = torch.tensor([vocab.get(w, vocab.get("<unk>", 0)) for w in read("test")], dtype=torch.long)
     results = {}
-    for impl in ("fast", "reference"):
+    for impl, amp in ((i, a) for i in impls for a in amps):
         torch.manual_seed(0)
         cfg = DropoutConfig(scheme="variational", embedding=0.2, input=0.5, recurrent=0.2, output=0.5)
         model = LanguageModel(len(vocab), ModelConfig(hidden_size=650, impl=impl), make_dropout(cfg)).cuda().eval()
@@ -378,8 +378,8 @@ def mc_timing(data_dir: str, samples: int, batch: int, amp: str) -> dict:
         ppl = mc_perplexity(model, n, samples=samples, batch=batch, bptt=BPTT, amp=amp)
         torch.cuda.synchronize()
         seconds = (time.perf_counter() - started) * len(test) / len(n)
-        results[impl] = {"seconds": seconds, "ppl_untrained": ppl, "measured_on_tokens": len(n)}
-        print(f"  MC {samples} samples, batch {batch}, {impl}: {seconds:.1f} s for the test set "
+        results[f"{impl} {amp}"] = {"seconds": seconds, "ppl_untrained": ppl, "measured_on_tokens": len(n)}
+        print(f"  MC {samples} samples, batch {batch}, {impl}, amp {amp}: {seconds:.1f} s for the test set "
               f"({len(test):,} tokens{'' if n is test else ', extrapolated from a tenth'})", flush=True)
         del model
     return results
@@ -398,6 +398,8 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="compare fast vs reference on the GPU first")
     parser.add_argument("--mc", action="store_true", help="also time MC-dropout evaluation (1,000 samples)")
     parser.add_argument("--mc-batch", type=int, default=1000)
+    parser.add_argument("--mc-impls", nargs="+", default=["fast", "reference"], choices=["fast", "reference"])
+    parser.add_argument("--mc-amp", nargs="+", default=["off"], choices=["off", "bf16"])
     parser.add_argument("--data", default=".devdata/ptb", help="folder holding ptb.{train,test}.txt (for --mc)")
     parser.add_argument("--no-steps", action="store_true", help="skip the training-step table")
     parser.add_argument("--sweep", action="store_true", help="also time the fused layer per block shape")
@@ -452,7 +454,7 @@ def main() -> None:
         md.append(table(rows))
         save()
     if args.mc:
-        report["mc"] = mc_timing(args.data, 1000, args.mc_batch, "off")
+        report["mc"] = mc_timing(args.data, 1000, args.mc_batch, args.mc_impls, args.mc_amp)
         md += ["", "MC dropout, 1,000 samples, medium model, PTB test: "
                + ", ".join(f"{k} {v['seconds']:.1f} s" for k, v in report["mc"].items())]
         save()

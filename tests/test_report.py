@@ -15,8 +15,8 @@ def test_report_groups_seeds_and_sets_paper_numbers_beside_ours(tmp_path, tiny_c
     run_cli("train", "-m", "experiment=medium_zaremba,medium_variational", "seed=1,2", *tiny,
             f"data.root={tiny_corpus}", "eval.samples=2", "hydra.sweep.dir=sweep", cwd=tmp_path)
     result = run_cli("report", "sweep", "--out", "report", cwd=tmp_path)
-    assert "| Zaremba et al. 2014 | medium | 2 |" in result.stdout
-    assert "| Variational (tied weights) | medium | 2 |" in result.stdout
+    assert "| Zaremba et al. 2014 | medium | in 0.5, out 0.5 | 2 |" in result.stdout
+    assert "| Variational (tied weights) | medium | emb 0.2, in 0.5, h 0.2, out 0.5 | 2 |" in result.stdout
     with open(tmp_path / "report" / "table.csv") as f:
         rows = {r["row"]: r for r in csv.DictReader(f)}
     zaremba, variational = rows["Zaremba et al. 2014"], rows["Variational (tied weights)"]
@@ -31,3 +31,14 @@ def test_report_groups_seeds_and_sets_paper_numbers_beside_ours(tmp_path, tiny_c
 def test_report_without_runs_says_so(tmp_path):
     result = run_cli("report", str(tmp_path), cwd=tmp_path, check=False)
     assert result.returncode != 0 and "no metrics.json under" in result.stderr
+
+
+def test_report_keeps_the_points_of_a_dropout_grid_apart(tmp_path, tiny_corpus):
+    tiny = [a for a in TINY if not a.startswith("model=")]
+    run_cli("train", "-m", "experiment=medium_variational", "dropout.input=0.3,0.4", "dropout.output=0.4", *tiny,
+            f"data.root={tiny_corpus}", "eval.samples=2", "hydra.sweep.dir=sweep", cwd=tmp_path)
+    run_cli("report", "sweep", "--out", "report", cwd=tmp_path)
+    with open(tmp_path / "report" / "table.csv") as f:
+        rows = [(r["row"], r["dropout"], r["seeds"]) for r in csv.DictReader(f)]
+    assert rows == [("Variational (tied weights)", "emb 0.2, in 0.3, h 0.2, out 0.4", "1"),
+                    ("Variational (tied weights)", "emb 0.2, in 0.4, h 0.2, out 0.4", "1")]

@@ -8,10 +8,10 @@ import json
 from vdrnn import report
 
 
-def fake_run(folder, dataset, cell, scheme, gates, seed, accuracy):
+def fake_run(folder, dataset, cell, scheme, gates, seed, accuracy, p=None):
     folder.mkdir(parents=True)
-    config = {"data": {"name": dataset}, "cell": {"type": cell, "gates": gates}, "dropout": {"scheme": scheme},
-              "seed": seed}
+    dropout = {"scheme": scheme, **({"input": p, "recurrent": p} if p else {})}
+    config = {"data": {"name": dataset}, "cell": {"type": cell, "gates": gates}, "dropout": dropout, "seed": seed}
     if dataset == "imdb":
         final = {"test_accuracy": accuracy, "test_nll": 0.3, "test_ece": 0.02, "test_entropy": 0.25,
                  "test_accuracy_mc": accuracy + 0.01, "test_nll_mc": 0.29, "test_ece_mc": 0.01, "test_entropy_mc": 0.3}
@@ -36,7 +36,17 @@ def test_sentiment_tables_group_cells_schemes_and_seeds(tmp_path):
     assert list(rows) == ["LSTM · none", "LSTM · variational (untied)", "GRU · variational"]
     assert rows["GRU · variational"]["accuracy (%)"] == "86.00 ± 1.41" and rows["GRU · variational"]["seeds"] == "2"
     assert rows["GRU · variational"]["MC accuracy (%)"] == "87.00 ± 1.41" and rows["LSTM · none"]["ECE"] == "0.0200 ± 0.0000"
-    assert "| LSTM · zaremba | 1 | 0.1500 | 0.1400 |" in text
+    assert "| LSTM · zaremba | – | 1 | 0.1500 | 0.1400 |" in text  # the fake runs have no probabilities
     assert not (tmp_path / "out" / "table.md").exists()  # no PTB runs, no PTB table
     for name in ("imdb_test_curves.png", "scale_test_curves.png"):
         assert (tmp_path / "out" / name).read_bytes().startswith(b"\x89PNG") and tmp_path / "out" / name in written
+
+
+def test_sentiment_rows_that_differ_in_dropout_stay_apart(tmp_path):
+    runs = tmp_path / "runs"
+    fake_run(runs / "a", "imdb", "lstm", "variational", "tied", 1, 0.85, p=0.5)
+    fake_run(runs / "b", "imdb", "lstm", "variational", "tied", 1, 0.88, p=0.25)
+    report.write_report([runs], tmp_path / "out")
+    with open(tmp_path / "out" / "imdb_table.csv") as f:
+        rows = [(r["dropout"], r["accuracy (%)"]) for r in csv.DictReader(f)]
+    assert rows == [("in 0.25, h 0.25", "88.00"), ("in 0.5, h 0.5", "85.00")]

@@ -78,3 +78,20 @@ def test_init_from_loads_the_weights_only(tmp_path, tiny_corpus):
     assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(),
                                                   second.model.state_dict().values(), strict=True))
     assert (second.epoch, second.step) == (0, 0)
+
+
+def test_max_minutes_stops_starting_epochs_and_tests_the_best(tmp_path, tiny_corpus):
+    t = trainer(tmp_path, tiny_corpus, "trainer.epochs=50", "trainer.max_minutes=1e-6")
+    metrics = t.fit()
+    assert t.epoch == 1 and metrics["epochs"] == 1 and metrics["time_limited"]
+    assert "test_ppl" in metrics and (tmp_path / "best.pt").exists()
+    # The time spent is part of the checkpoint: a resumed run does not get a fresh budget.
+    resumed = trainer(tmp_path, tiny_corpus, "trainer.epochs=50", "trainer.max_minutes=1e-6")
+    assert resumed.fit()["epochs"] == 1
+
+
+def test_max_minutes_must_be_positive(tmp_path, tiny_corpus):
+    from vdrnn.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="max_minutes"):
+        trainer(tmp_path, tiny_corpus, "trainer.max_minutes=0")

@@ -44,6 +44,7 @@ class DataConfig:
 class TrainerConfig:
     epochs: int = 39
     max_steps: int | None = None
+    max_minutes: float | None = None
     optimizer: str = "sgd"
     lr: float = 1.0
     lr_decay: float = 1.2
@@ -77,6 +78,8 @@ class TrainerConfig:
             raise ConfigError(f"trainer.weight_decay_mode={self.weight_decay_mode!r}; choose `gal` or `l2`")
         if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
             raise ConfigError("trainer.epochs and trainer.max_steps must be at least 1")
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            raise ConfigError(f"trainer.max_minutes={self.max_minutes} must be positive (or null: no time limit)")
         if not self.lr > 0 or not self.lr_decay >= 1 or self.clip <= 0 or self.weight_decay < 0:
             raise ConfigError("need trainer.lr > 0, trainer.lr_decay >= 1, trainer.clip > 0, trainer.weight_decay >= 0")
         if self.ar < 0 or self.tar < 0 or self.nonmono < 1:

@@ -253,12 +253,16 @@ class _SingleStateLayer(nn.Module):
         if masks.c is not None:
             raise ValueError(f"{type(self).__name__} has no cell state: Moon's c-mask needs an LSTM")
         if masks.recurrent:
-            return self.reference(x, h0, self.parameters_tuple(), masks)
+            return self.masked_loop(x)(x, h0, self.parameters_tuple(), masks)
         if masks.x is not None:  # input mask shared by all gates: the stock kernel still applies
             x = x * masks.x.to(x.dtype)
         with torch.autocast(x.device.type, enabled=False):  # fp32 state, as the LSTM layer
             y, h = self.module(x.float(), h0.unsqueeze(0).float())
         return y, h.squeeze(0)
+
+    def masked_loop(self, x: torch.Tensor):
+        """The function that runs a masked recurrence on ``x``: the reference loop unless a subclass has a faster one."""
+        return self.reference
 
     def parameters_tuple(self) -> tuple[torch.Tensor, ...]:
         m = self.module
@@ -266,10 +270,22 @@ class _SingleStateLayer(nn.Module):
 
 
 class GRULayer(_SingleStateLayer):
-    """One GRU layer (parameters of a one-layer ``torch.nn.GRU``); masks as in :func:`gru_reference`."""
+    """One GRU layer (parameters of a one-layer ``torch.nn.GRU``); masks as in :func:`gru_reference`.
 
-    def __init__(self, input_size: int, hidden_size: int):
+    ``impl`` as for :class:`LSTMLayer`: masked recurrences run :func:`vdrnn.fused_gru.gru_fused` when it
+    is ``fast``, or ``auto`` on CUDA tensors, and the reference loop otherwise.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, impl: str = "auto"):
         super().__init__(nn.GRU(input_size, hidden_size, num_layers=1), gru_reference, GRU_GATES)
+        self.impl = impl
+
+    def masked_loop(self, x: torch.Tensor):
+        if self.impl == "fast" or (self.impl == "auto" and x.is_cuda):
+            from vdrnn.fused_gru import gru_fused  # imports this module: not at its top
+
+            return gru_fused
+        return self.reference
 
 
 class RNNLayer(_SingleStateLayer):

@@ -34,6 +34,7 @@ SIZE_NAMES = {200: "small", 650: "medium", 1500: "large"}
 class Row:
     name: str
     size: str
+    dropout: str
     paper: dict[str, Any] | None
     runs: list[dict[str, Any]] = field(default_factory=list)
     curves: list[list[float]] = field(default_factory=list)
@@ -42,17 +43,29 @@ class Row:
         return [r[key] for r in self.runs if r.get(key) is not None]
 
 
-def row_identity(metrics: dict[str, Any]) -> tuple[str, str]:
+# The dropout sites as the table names them, in the order of the network.
+SITE_LABELS = {"embedding": "emb", "input": "in", "hidden": "hid", "recurrent": "h", "cell": "c", "output": "out",
+               "weight": "w"}
+
+
+def dropout_label(dropout: dict[str, Any]) -> str:
+    """The non-zero probabilities, e.g. ``emb 0.2, in 0.5, h 0.2, out 0.5``: what tells a grid's runs apart."""
+    used = [f"{label} {dropout[site]:g}" for site, label in SITE_LABELS.items() if dropout.get(site)]
+    return ", ".join(used) or "–"
+
+
+def row_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
+    """(row name, size, dropout probabilities): runs that share all three are seeds of one row."""
     config = metrics.get("config") or {}
     paper = metrics.get("paper")
     hidden = config.get("model", {}).get("hidden_size")
     size = paper["size"] if paper else SIZE_NAMES.get(hidden, f"{hidden} units")
-    if paper:
-        return paper["row"], size
     dropout = config.get("dropout", {})
+    if paper:
+        return paper["row"], size, dropout_label(dropout)
     gates = config.get("cell", {}).get("gates", "tied")
     name = dropout.get("scheme", "?") + (" (untied)" if gates == "untied" and dropout.get("scheme") == "variational" else "")
-    return name, size
+    return name, size, dropout_label(dropout)
 
 
 def find_runs(folders: list[Path]):
@@ -71,7 +84,7 @@ def collect(folders: list[Path]) -> list[Row]:
     for path, metrics in find_runs(folders):
         if dataset_of(metrics) == "ptb":
             key = row_identity(metrics)
-            row = rows.setdefault(key, Row(name=key[0], size=key[1], paper=metrics.get("paper")))
+            row = rows.setdefault(key, Row(name=key[0], size=key[1], dropout=key[2], paper=metrics.get("paper")))
             row.runs.append(metrics)
             history = path.parent / "metrics.jsonl"
             if history.exists():
@@ -80,7 +93,7 @@ def collect(folders: list[Path]) -> list[Row]:
 
     def order(row: Row):
         rank = ROW_ORDER.index(row.name) if row.name in ROW_ORDER else len(ROW_ORDER)
-        return size_rank.get(row.size, 3), rank, row.name
+        return size_rank.get(row.size, 3), rank, row.name, row.dropout
 
     return sorted(rows.values(), key=order)
 
@@ -98,7 +111,7 @@ def paper_value(row: Row, key: str) -> str:
     return "–" if value is None else f"{value:.1f}"
 
 
-COLUMNS = ["row", "size", "seeds", "valid", "test", "MC test", "paper valid", "paper test", "paper MC test",
+COLUMNS = ["row", "size", "dropout", "seeds", "valid", "test", "MC test", "paper valid", "paper test", "paper MC test",
            "words/s", "wall time (min)"]
 
 
@@ -108,7 +121,7 @@ def table(rows: list[Row]) -> list[list[str]]:
         wps = row.values("wps")
         wall = [(r.get("train_seconds") or 0) + (r.get("eval_seconds") or 0) for r in row.runs]
         lines.append([
-            row.name, row.size, str(len(row.runs)),
+            row.name, row.size, row.dropout, str(len(row.runs)),
             mean_std(row.values("valid_ppl")), mean_std(row.values("test_ppl")), mean_std(row.values("test_ppl_mc")),
             paper_value(row, "valid"), paper_value(row, "test"), paper_value(row, "test_mc"),
             f"{statistics.mean(wps):,.0f}" if wps else "–", f"{statistics.mean(wall) / 60:.1f}",
@@ -120,6 +133,11 @@ def markdown(lines: list[list[str]], columns: list[str] = COLUMNS) -> str:
     out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     out += ["| " + " | ".join(line) + " |" for line in lines]
     return "\n".join(out) + "\n"
+
+
+def line_label(name: str, dropout: str, names: list[str]) -> str:
+    """The row's name, with its probabilities where several lines of a panel share that name (a grid)."""
+    return f"{name} [{dropout}]" if names.count(name) > 1 else name
 
 
 def plot_mean_curve(ax, curves: list[list[float]], name: str) -> None:
@@ -140,8 +158,9 @@ def plot(rows: list[Row], path: Path) -> None:
                    if s in ("small", "medium", "large") else 3)
     fig, axes = plt.subplots(1, max(1, len(sizes)), figsize=(6.5 * max(1, len(sizes)), 4.5), squeeze=False)
     for ax, size in zip(axes[0], sizes, strict=False):
-        for row in (r for r in rows if r.size == size and r.curves):
-            plot_mean_curve(ax, row.curves, row.name)
+        panel = [r for r in rows if r.size == size and r.curves]
+        for row in panel:
+            plot_mean_curve(ax, row.curves, line_label(row.name, row.dropout, [r.name for r in panel]))
         finite = [v for line in ax.get_lines() for v in line.get_ydata() if math.isfinite(v)]
         if finite:
             ax.set_ylim(min(finite) * 0.95, min(max(finite), min(finite) * 2.0))
@@ -170,6 +189,7 @@ CURVES = {"imdb": (lambda r: 100 * (1 - r["test_accuracy"]), "test error (%)"),
 class SentimentRow:
     cell: str
     scheme: str
+    dropout: str
     runs: list[dict[str, Any]] = field(default_factory=list)
     curves: list[list[float]] = field(default_factory=list)
 
@@ -192,7 +212,7 @@ def collect_sentiment(folders: list[Path]) -> dict[str, list[SentimentRow]]:
         if dataset not in SENTIMENT_METRICS:
             continue
         config = metrics["config"]
-        key = (config.get("cell", {}).get("type", "lstm"), scheme_name(config))
+        key = (config.get("cell", {}).get("type", "lstm"), scheme_name(config), dropout_label(config.get("dropout", {})))
         row = found.setdefault(dataset, {}).setdefault(key, SentimentRow(*key))
         row.runs.append(metrics)
         history = path.parent / "metrics.jsonl"
@@ -200,7 +220,7 @@ def collect_sentiment(folders: list[Path]) -> dict[str, list[SentimentRow]]:
             row.curves.append([CURVES[dataset][0](r) for r in read_jsonl(history)])
 
     def order(row: SentimentRow):
-        return _rank(CELL_ORDER, row.cell), _rank(SCHEME_ORDER, row.scheme), row.name
+        return _rank(CELL_ORDER, row.cell), _rank(SCHEME_ORDER, row.scheme), row.name, row.dropout
 
     return {dataset: sorted(rows.values(), key=order) for dataset, rows in sorted(found.items())}
 
@@ -211,7 +231,7 @@ def _rank(known: list[str], item: str) -> int:
 
 def sentiment_columns(dataset: str) -> list[str]:
     titles = [title for _, title, _, _ in SENTIMENT_METRICS[dataset]]
-    return ["row", "seeds", *titles, *(f"MC {t}" for t in titles), "epochs", "wall time (min)"]
+    return ["row", "dropout", "seeds", *titles, *(f"MC {t}" for t in titles), "epochs", "wall time (min)"]
 
 
 def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
@@ -225,7 +245,7 @@ def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
                 cells[key + suffix] = mean_std(values, digits)
         keys = [key for key, _, _, _ in SENTIMENT_METRICS[dataset]]
         wall = [(r.get("train_seconds") or 0) + (r.get("eval_seconds") or 0) for r in row.runs]
-        lines.append([row.name, str(len(row.runs)), *(cells[k] for k in keys), *(cells[k + "_mc"] for k in keys),
+        lines.append([row.name, row.dropout, str(len(row.runs)), *(cells[k] for k in keys), *(cells[k + "_mc"] for k in keys),
                       mean_std([r["epochs"] for r in row.runs], 0), f"{statistics.mean(wall) / 60:.1f}"])
     return lines
 
@@ -240,8 +260,9 @@ def plot_sentiment(dataset: str, rows: list[SentimentRow], path: Path) -> None:
     cells = list(dict.fromkeys(r.cell for r in rows if r.curves)) or ["lstm"]
     fig, axes = plt.subplots(1, len(cells), figsize=(6.5 * len(cells), 4.5), squeeze=False)
     for ax, cell in zip(axes[0], cells, strict=True):
-        for row in (r for r in rows if r.cell == cell and r.curves):
-            plot_mean_curve(ax, row.curves, row.scheme)
+        panel = [r for r in rows if r.cell == cell and r.curves]
+        for row in panel:
+            plot_mean_curve(ax, row.curves, line_label(row.scheme, row.dropout, [r.scheme for r in panel]))
         ax.set(title=f"{dataset}, {cell.upper()}: test error per epoch", xlabel="epoch", ylabel=CURVES[dataset][1])
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

@@ -127,6 +127,7 @@ class EpochTrainer:
         self.step = 0  # optimizer steps taken
         self.best_valid = math.inf
         self.train_seconds = 0.0
+        self.run_seconds = 0.0  # training + validation, summed over resumes (trainer.max_minutes)
 
     # ----------------------------------------------------------------------------- task hooks
     def setup(self) -> torch.nn.Module:
@@ -223,6 +224,10 @@ class EpochTrainer:
         """Extra train/* scalars derived from the window's mean loss (the LM's perplexity)."""
         return {}
 
+    def time_limit_reached(self) -> bool:
+        limit = self.cfg.trainer.max_minutes
+        return limit is not None and self.run_seconds >= 60 * limit
+
     def step_cap_reached(self) -> bool:
         return self.cfg.trainer.max_steps is not None and self.step >= self.cfg.trainer.max_steps
 
@@ -244,6 +249,7 @@ class EpochTrainer:
             "step": self.step,
             "best_valid": self.best_valid,
             "train_seconds": self.train_seconds,
+            "run_seconds": self.run_seconds,
             "vocab": self.vocab,
             "config": self.raw_config,
             **self.extra_state(),
@@ -261,6 +267,7 @@ class EpochTrainer:
         set_rng_state(payload["rng"], self.device)
         self.epoch, self.step = payload["epoch"], payload["step"]
         self.best_valid, self.train_seconds = payload["best_valid"], payload["train_seconds"]
+        self.run_seconds = payload.get("run_seconds", self.train_seconds)  # checkpoints from before max_minutes
         log.info("resumed from %s after epoch %d (step %d)", path, self.epoch, self.step)
 
     def resume_point(self) -> Path | None:
@@ -289,7 +296,8 @@ class EpochTrainer:
         log.info("model: %s, %.2fM parameters; dropout %s; device %s; output %s", self.describe_model(),
                  n_params / 1e6, cfg.dropout.scheme, self.device, self.run_dir)
         try:
-            while self.epoch < cfg.trainer.epochs and not self.step_cap_reached() and not self.stopped_early():
+            while (self.epoch < cfg.trainer.epochs and not self.step_cap_reached() and not self.stopped_early()
+                   and not self.time_limit_reached()):
                 self.run_epoch(logger)
             metrics = self.test(logger)
         finally:
@@ -321,6 +329,7 @@ class EpochTrainer:
             if improved:  # the weights as validated
                 checkpoint.save(self.state(), self.run_dir / checkpoint.BEST)
         self.after_validation(score)
+        self.run_seconds += time.perf_counter() - started
         # validate() may add the test metrics of this epoch's weights (test_*): a curve, not a result.
         curve = {k.removeprefix("test_"): v for k, v in valid.items() if k.startswith("test_")}
         valid = {k: v for k, v in valid.items() if not k.startswith("test_")}
@@ -351,6 +360,7 @@ class EpochTrainer:
             "epochs": self.epoch,
             "steps": self.step,
             "train_seconds": self.train_seconds,
+            "time_limited": self.time_limit_reached() and self.epoch < self.cfg.trainer.epochs,
             "wps": sum(r["wps"] for r in records) / len(records) if records else None,
             "device": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
             "smoke": self.is_smoke_run(),

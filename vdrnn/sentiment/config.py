@@ -61,9 +61,9 @@ class SentimentModelConfig(ModelConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.impl == "fast" and self.cell != "lstm":
-            raise ConfigError(f"model.impl=fast is the fused LSTM kernel; cell={self.cell} runs its masked "
-                              f"recurrence on the reference loop: use model.impl=auto")
+        if self.impl == "fast" and self.cell == "rnn":
+            raise ConfigError("model.impl=fast has fused kernels for the LSTM and the GRU; cell=rnn runs its masked "
+                              "recurrence on the reference loop: use model.impl=auto")
         if self.tie_weights:
             raise ConfigError("model.tie_weights=true ties a language model's decoder to its embedding; a "
                               "sentiment head has no vocabulary-sized weight to tie: set model.tie_weights=false")

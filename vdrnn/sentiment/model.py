@@ -22,7 +22,9 @@ from vdrnn.sentiment.config import SentimentModelConfig
 def make_layer(config: SentimentModelConfig, input_size: int) -> nn.Module:
     if config.cell == "lstm":
         return LSTMLayer(input_size, config.hidden_size, config.impl)
-    return (GRULayer if config.cell == "gru" else RNNLayer)(input_size, config.hidden_size)
+    if config.cell == "gru":
+        return GRULayer(input_size, config.hidden_size, config.impl)
+    return RNNLayer(input_size, config.hidden_size)
 
 
 class SentimentModel(nn.Module):

@@ -1,0 +1,214 @@
+"""The fused Triton GRU recurrence (vdrnn.fused_gru) against the reference loop.
+
+On a machine without CUDA the kernels run in Triton's interpreter on CPU tensors (TRITON_INTERPRET=1,
+set here before Triton is first imported); on a GPU the same tests run the compiled kernels.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+triton = pytest.importorskip("triton")
+
+from vdrnn.dropout import LayerMasks, bernoulli_mask  # noqa: E402
+from vdrnn.fused_gru import gru_fused  # noqa: E402
+from vdrnn.recurrent import GRU_GATES, GRULayer, gru_reference  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if CUDA else "cpu")
+gpu = pytest.mark.skipif(not CUDA, reason="needs CUDA")
+
+if not CUDA:
+    from triton.runtime.interpreter import InterpretedFunction
+
+    # Triton decides at its first import whether kernels are interpreted; if another test module
+    # imported it earlier without TRITON_INTERPRET, the kernels cannot run on this CPU machine.
+    if not isinstance(triton.language.sigmoid, InterpretedFunction):
+        pytest.skip("Triton was imported before TRITON_INTERPRET=1 was set; run this file on its own",
+                    allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def exact_fp32():
+    """Compare in IEEE fp32: TF32 products would differ from the reference by ~1e-3 on their own."""
+    if not CUDA:
+        yield
+        return
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
+
+
+def make_masks(kind: str, steps: int, batch: int, inputs: int, hidden: int) -> LayerMasks:
+    like = torch.empty(0, device=DEVICE)
+    if kind == "none":  # per_gate with no mask: still the masked (fused) path
+        return LayerMasks(per_gate=True)
+    if kind == "tied_h":
+        return LayerMasks(h=bernoulli_mask((batch, hidden), 0.5, like))
+    if kind == "tied":
+        return LayerMasks(x=bernoulli_mask((batch, inputs), 0.4, like), h=bernoulli_mask((batch, hidden), 0.5, like))
+    if kind == "fresh_x_tied_h":  # Zaremba's per-step x mask [T, B, D] with a recurrent mask
+        return LayerMasks(x=bernoulli_mask((steps, batch, inputs), 0.5, like),
+                          h=bernoulli_mask((batch, hidden), 0.5, like))
+    if kind == "untied":
+        return LayerMasks(x=bernoulli_mask((batch, GRU_GATES, inputs), 0.4, like),
+                          h=bernoulli_mask((batch, GRU_GATES, hidden), 0.5, like), per_gate=True)
+    if kind == "untied_x_only":
+        return LayerMasks(x=bernoulli_mask((batch, GRU_GATES, inputs), 0.5, like), per_gate=True)
+    raise ValueError(kind)
+
+
+def random_problem(steps: int, batch: int, inputs: int, hidden: int):
+    """Fresh inputs, state and weights (scaled so the gates are neither saturated nor linear)."""
+    x = torch.randn(steps, batch, inputs, device=DEVICE)
+    h0 = torch.randn(batch, hidden, device=DEVICE) * 0.5
+    params = [torch.randn(3 * hidden, inputs, device=DEVICE) / inputs**0.5,
+              torch.randn(3 * hidden, hidden, device=DEVICE) / hidden**0.5,
+              torch.randn(3 * hidden, device=DEVICE) * 0.1,
+              torch.randn(3 * hidden, device=DEVICE) * 0.1]
+    return [t.requires_grad_() for t in (x, h0, *params)]
+
+
+def run_with_grads(fn, leaves, masks, weights):
+    x, h0, *params = leaves
+    y, h = fn(x, h0, tuple(params), masks)
+    wy, wh = weights
+    loss = (y.float() * wy).sum() + (h * wh).sum()
+    # Detached: a kept graph would pin the leaves' AccumulateGrad nodes to the stream that made them.
+    return [y.detach(), h.detach(), *torch.autograd.grad(loss, leaves)]
+
+
+def loss_weights(steps: int, batch: int, hidden: int):
+    return [torch.randn(steps, batch, hidden, device=DEVICE), torch.randn(batch, hidden, device=DEVICE)]
+
+
+NAMES = ["y", "h_T", "dx", "dh0", "dw_ih", "dw_hh", "db_ih", "db_hh"]
+
+
+def compare(steps, batch, inputs, hidden, kind, tol=1e-5):
+    leaves = random_problem(steps, batch, inputs, hidden)
+    masks = make_masks(kind, steps, batch, inputs, hidden)
+    weights = loss_weights(steps, batch, hidden)
+    ref = run_with_grads(gru_reference, leaves, masks, weights)
+    out = run_with_grads(gru_fused, leaves, masks, weights)
+    errors = {name: rel(o, r) for name, o, r in zip(NAMES, out, ref, strict=True)}
+    assert all(e < tol for e in errors.values()), errors
+    assert out[0].dtype == ref[0].dtype and out[1].dtype == torch.float32
+
+
+@pytest.fixture(params=["default", "split"])
+def block_plan(request, monkeypatch):
+    """Default block shapes, and narrow K slices with the reduction split over several programs
+    (exercises the split-K partial sums and the last-arriver cell at these small sizes)."""
+    import vdrnn.fused as fused
+
+    if request.param == "split":
+        monkeypatch.setattr(fused, "BLOCK_K", 16)
+        monkeypatch.setattr(fused, "FORCE_SPLIT", (3, 2))
+    return request.param
+
+
+@pytest.mark.parametrize("kind", ["none", "tied_h", "tied", "fresh_x_tied_h", "untied", "untied_x_only"])
+def test_fused_gru_matches_reference(kind):
+    torch.manual_seed(0)
+    compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind)
+
+
+@pytest.mark.parametrize("batch,hidden", [(1, 37), (3, 37)])
+@pytest.mark.parametrize("kind", ["tied", "untied"])
+def test_fused_gru_split_k(kind, batch, hidden, block_plan):
+    """Hidden 37 with 16-wide K slices: 3 slices, the last partly past H, summed by the last arriver."""
+    torch.manual_seed(1)
+    compare(steps=3, batch=batch, inputs=4, hidden=hidden, kind=kind)
+
+
+def test_fused_gru_inference_without_grad():
+    torch.manual_seed(2)
+    steps, batch, inputs, hidden = 3, 2, 5, 13
+    x, h0, *params = random_problem(steps, batch, inputs, hidden)
+    masks = make_masks("untied", steps, batch, inputs, hidden)
+    with torch.no_grad():
+        y_ref, h_ref = gru_reference(x, h0, tuple(params), masks)
+        y, h = gru_fused(x, h0, tuple(params), masks)
+    assert rel(y, y_ref) < 1e-5 and rel(h, h_ref) < 1e-5
+
+
+@pytest.mark.parametrize("per_gate", [False, True])
+def test_gru_layer_fast_matches_reference(per_gate):
+    torch.manual_seed(3)
+    steps, batch, inputs, hidden = 4, 2, 5, 9
+    fast = GRULayer(inputs, hidden, impl="fast").to(DEVICE)
+    reference = GRULayer(inputs, hidden, impl="reference").to(DEVICE)
+    reference.load_state_dict(fast.state_dict())
+    x = torch.randn(steps, batch, inputs, device=DEVICE)
+    h0 = torch.randn(batch, hidden, device=DEVICE)
+    gates = (GRU_GATES,) if per_gate else ()
+    masks = LayerMasks(h=bernoulli_mask((batch, *gates, hidden), 0.5, x), per_gate=per_gate)
+    outputs = []
+    for layer in (fast, reference):
+        y, h = layer(x, h0, masks)
+        (y.square().sum() + h.sum()).backward()
+        outputs.append([y, h] + [p.grad for p in layer.parameters()])
+    for a, b in zip(*outputs, strict=True):
+        assert rel(a, b) < 1e-5
+
+
+@gpu
+@pytest.mark.parametrize("kind", ["none", "tied", "untied"])
+def test_fused_gru_matches_reference_on_gpu(kind):
+    torch.manual_seed(4)
+    compare(steps=35, batch=20, inputs=64, hidden=128, kind=kind)
+
+
+@gpu
+def test_fused_gru_bf16_autocast_close_to_reference():
+    torch.manual_seed(5)
+    steps, batch, inputs, hidden = 7, 20, 48, 72
+    leaves = random_problem(steps, batch, inputs, hidden)
+    masks = make_masks("tied", steps, batch, inputs, hidden)
+    weights = loss_weights(steps, batch, hidden)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        ref = run_with_grads(gru_reference, leaves, masks, weights)
+        out = run_with_grads(gru_fused, leaves, masks, weights)
+    assert out[0].dtype == ref[0].dtype
+    errors = {name: rel(o, r) for name, o, r in zip(NAMES, out, ref, strict=True)}
+    assert all(e < 3e-2 for e in errors.values()), errors
+
+
+@gpu
+@pytest.mark.parametrize("kind", ["tied", "untied"])
+def test_fused_gru_in_cuda_graph_matches_eager(kind):
+    """Forward and backward captured in one CUDA graph, replayed on new inputs: eager's numbers."""
+    torch.manual_seed(6)
+    steps, batch, inputs, hidden = 6, 20, 32, 128
+    leaves = random_problem(steps, batch, inputs, hidden)
+    masks = make_masks(kind, steps, batch, inputs, hidden)
+    weights = loss_weights(steps, batch, hidden)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture: compiles the kernels
+        run_with_grads(gru_fused, leaves, masks, weights)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run_with_grads(gru_fused, leaves, masks, weights)
+    with torch.no_grad():  # new values in the captured input buffers
+        for leaf in leaves:
+            leaf.copy_(torch.randn_like(leaf) * leaf.std())
+        for mask in (masks.x, masks.h):
+            mask.copy_(mask.flip(0))
+    graph.replay()
+    eager = run_with_grads(gru_fused, leaves, masks, weights)
+    for name, a, b in zip(NAMES, captured, eager, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)

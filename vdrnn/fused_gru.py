@@ -1,0 +1,372 @@
+"""A fused GRU recurrence for masked recurrences: the fast drop-in for ``gru_reference``.
+
+Why: cuDNN's GRU cannot mask h_{t-1} (Gal, tied or one mask per gate), so those layers run
+:func:`vdrnn.recurrent.gru_reference`, a Python loop of ~10 small kernels per step. This is the
+GRU twin of :mod:`vdrnn.fused` (read its docstring: the same plan, split-K hand-off, packed W_hh,
+precision rules and CUDA-graph safety, and its ``_Plan`` / ``_pack_weight`` are used as they are).
+
+What runs where (one layer, T steps, batch B, hidden H, gates r, z, n as torch.nn.GRU):
+
+1. Input half, once for all steps: ``masked_linear`` (one GEMM; x masks and b_ih applied there).
+2. Forward, ONE Triton kernel per step (``_gru_fwd_step``). A program owns hidden units j of all
+   three gates and keeps the three recurrent products apart, because r multiplies n's product
+   AFTER the product:
+       a_g = sum_k (h_{t-1}[b, k] * z_h^g[b, k]) * W_hh[g*H + j, k] + b_hh[g*H + j]
+       r = sigma(x_r + a_r)    z = sigma(x_z + a_z)    n = tanh(x_n + r * a_n)
+       h_t = (1 - z) * n + z * h_{t-1}          (h_{t-1} undropped here, as gru_reference)
+   and stores h_t, y_t and (r, z, n, a_n) for the backward.
+3. Backward, ONE kernel per step in reverse (``_gru_bwd_step``), program owning units j:
+       dh_t = dy_t + z_{t+1} * dh_{t+1} + sum_g z_h^g * (da_{t+1}^g @ W_g)
+   then the cell's backward: da_r, da_z, da_n = dn_pre * r (the recurrent gradients, what the
+   product of the step before needs) and dn_pre (n's input-half gradient, which r does not scale).
+   z * dh_t, the part of dh_{t-1} that bypasses the product, is carried in place like the LSTM's dc.
+4. After the loop: dW_hh as ONE GEMM over all T*B rows (per-gate for untied masks), db_hh, dh_0,
+   and d x_proj = (da_r, da_z, dn_pre), which autograd carries on to x, W_ih and b_ih.
+
+On a CPU without TRITON_INTERPRET=1 (or without Triton) ``gru_fused`` runs the reference loop.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from vdrnn import fused
+from vdrnn.dropout import LayerMasks
+from vdrnn.fused import _dummy, _mask_args, _op_dtype, _pack_weight, _Plan, _precision, available
+from vdrnn.recurrent import GRU_GATES, gru_reference, masked_linear
+
+_KERNELS = None  # (fwd_step, bwd_step) once built
+_WARNED = False
+SAVED = 4  # per unit and step the backward needs r, z, n and a_n (n's recurrent product)
+
+
+def _build_kernels():
+    """Define the two kernels (importing Triton now, so that TRITON_INTERPRET set before is honoured)."""
+    global _KERNELS, tl
+    if _KERNELS is not None:
+        return _KERNELS
+    import triton
+    import triton.language as tl
+
+    @triton.jit(do_not_specialize=["t"])
+    def _gru_fwd_step(
+        t, xp_ptr, w_ptr, bias_ptr, zh_ptr, hs_ptr, y_ptr, act_ptr, ws_ptr, cnt_ptr,
+        B, stride_w, stride_zb, stride_zg,
+        H: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr, SAVE_ACTS: tl.constexpr,
+        OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+        BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
+        K_CHUNK: tl.constexpr, SPLIT: tl.constexpr,
+    ):
+        """Step t: reads hs[t], x_proj[t]; writes hs[t+1], y[t], acts[t] = (r, z, n, a_n).
+
+        hs: [T+1, B, H] fp32; x_proj: [T, B, 3H]; acts: [T, B, 4H]; W: [3H, stride_w];
+        ws: [SPLIT, B, 3H] fp32 partial sums; cnt: one int32 arrival counter per (b, j) block.
+        """
+        pid_j = tl.program_id(0)
+        pid_s = tl.program_id(1)
+        pid_b = tl.program_id(2)
+        t = t.to(tl.int64)
+        offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
+        offs_j = pid_j * BLOCK_H + tl.arange(0, BLOCK_H)
+        mask_b = offs_b < B
+        mask_j = offs_j < H
+        mask_bj = mask_b[:, None] & mask_j[None, :]
+        h_prev_ptr = hs_ptr + t * B * H
+        acc_r = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+        acc_z = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+        acc_n = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+        for kk in range(0, K_CHUNK, BLOCK_K):
+            offs_k = pid_s * K_CHUNK + kk + tl.arange(0, BLOCK_K)
+            mask_bk = mask_b[:, None] & (offs_k < H)[None, :]
+            h = tl.load(h_prev_ptr + offs_b[:, None] * H + offs_k[None, :], mask=mask_bk, other=0.0)
+            # W^T tiles of the three gates' rows for units j; packed rows are zero-padded, so no k mask.
+            w_rows = w_ptr + offs_j[None, :] * stride_w + offs_k[:, None]
+            w_r = tl.load(w_rows, mask=mask_j[None, :], other=0.0)
+            w_z = tl.load(w_rows + H * stride_w, mask=mask_j[None, :], other=0.0)
+            w_n = tl.load(w_rows + 2 * H * stride_w, mask=mask_j[None, :], other=0.0)
+            z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_k[None, :]
+            if HAS_ZH and PER_GATE:  # untied: each gate sees its own masked copy of h_{t-1}
+                a_r = (h * tl.load(z_at, mask=mask_bk, other=0.0)).to(OP_DTYPE)
+                a_z = (h * tl.load(z_at + stride_zg, mask=mask_bk, other=0.0)).to(OP_DTYPE)
+                a_n = (h * tl.load(z_at + 2 * stride_zg, mask=mask_bk, other=0.0)).to(OP_DTYPE)
+            else:
+                if HAS_ZH:  # tied: one masked h_{t-1} for the three gates
+                    h = h * tl.load(z_at, mask=mask_bk, other=0.0)
+                a_r = h.to(OP_DTYPE)
+                a_z = a_r
+                a_n = a_r
+            acc_r = tl.dot(a_r, w_r, acc_r, input_precision=PRECISION)
+            acc_z = tl.dot(a_z, w_z, acc_z, input_precision=PRECISION)
+            acc_n = tl.dot(a_n, w_n, acc_n, input_precision=PRECISION)
+
+        G = 3 * H
+        bh = offs_b[:, None] * H + offs_j[None, :]
+        # The cell's other inputs, loaded before the split-K hand-off so that their latency overlaps it.
+        xp = xp_ptr + t * B * G + offs_b[:, None] * G + offs_j[None, :]
+        x_r = tl.load(xp, mask=mask_bj, other=0.0).to(tl.float32)
+        x_z = tl.load(xp + H, mask=mask_bj, other=0.0).to(tl.float32)
+        x_n = tl.load(xp + 2 * H, mask=mask_bj, other=0.0).to(tl.float32)
+        b_r = tl.load(bias_ptr + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
+        b_z = tl.load(bias_ptr + H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
+        b_n = tl.load(bias_ptr + 2 * H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
+        h_prev = tl.load(h_prev_ptr + bh, mask=mask_bj, other=0.0)
+        if SPLIT > 1:
+            # Split-K as in vdrnn.fused: the last of the SPLIT programs of this block to arrive adds the
+            # partial sums in a fixed order (deterministic) and runs the cell; nobody waits.
+            part = ws_ptr + offs_b[:, None] * G + offs_j[None, :]
+            mine = part + pid_s * B * G
+            tl.store(mine, acc_r, mask=mask_bj)
+            tl.store(mine + H, acc_z, mask=mask_bj)
+            tl.store(mine + 2 * H, acc_n, mask=mask_bj)
+            tl.debug_barrier()  # all threads' stores come before the release of the atomic below
+            counter = cnt_ptr + pid_b * tl.num_programs(0) + pid_j
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            last = arrived == SPLIT - 1
+            live = mask_bj & last
+            acc_r = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+            acc_z = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+            acc_n = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+            for s in tl.static_range(SPLIT):
+                src = part + s * B * G  # .cg: read through L2, where the other programs' sums are
+                acc_r += tl.load(src, mask=live, other=0.0, cache_modifier=".cg")
+                acc_z += tl.load(src + H, mask=live, other=0.0, cache_modifier=".cg")
+                acc_n += tl.load(src + 2 * H, mask=live, other=0.0, cache_modifier=".cg")
+            tl.store(counter, 0, mask=last)  # reset for the next step's launch
+        else:
+            live = mask_bj
+
+        # The cell, in fp32. n's recurrent product is scaled by r after the product, hence kept apart.
+        r = tl.sigmoid(x_r + acc_r + b_r)
+        z = tl.sigmoid(x_z + acc_z + b_z)
+        hn = acc_n + b_n
+        n = 2.0 * tl.sigmoid(2.0 * (x_n + r * hn)) - 1.0  # tanh
+        h_new = (1.0 - z) * n + z * h_prev
+        tl.store(hs_ptr + (t + 1) * B * H + bh, h_new, mask=live)
+        tl.store(y_ptr + t * B * H + bh, h_new.to(y_ptr.dtype.element_ty), mask=live)
+        if SAVE_ACTS:
+            act = act_ptr + t * B * (4 * H) + offs_b[:, None] * (4 * H) + offs_j[None, :]
+            tl.store(act, r, mask=live)
+            tl.store(act + H, z, mask=live)
+            tl.store(act + 2 * H, n, mask=live)
+            tl.store(act + 3 * H, hn, mask=live)
+
+    @triton.jit(do_not_specialize=["t"])
+    def _gru_bwd_step(
+        t, dg_ptr, w_ptr, zh_ptr, dy_ptr, act_ptr, hs_ptr, carry_ptr, ws_ptr, cnt_ptr,
+        B, stride_w, stride_zb, stride_zg,
+        H: tl.constexpr, HAS_NEXT: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr,
+        OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+        BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
+        K_CHUNK: tl.constexpr, KS: tl.constexpr,
+    ):
+        """Step t in reverse: reads dg[t+1] (if HAS_NEXT), dy[t], acts[t], hs[t] and carry (= z_{t+1} dh_{t+1},
+        or dh_T at the last step); writes dg[t] = (da_r, da_z, da_n, dn_pre) and carry = z_t dh_t in place.
+
+        The product sums over 3H = (gate, k): program (j, s, b) takes gate s // KS and k-slice s % KS;
+        ws [3*KS, B, H] holds the partial sums, cnt the arrival counters.
+        """
+        pid_j = tl.program_id(0)
+        pid_s = tl.program_id(1)
+        pid_b = tl.program_id(2)
+        t = t.to(tl.int64)
+        offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
+        offs_j = pid_j * BLOCK_H + tl.arange(0, BLOCK_H)
+        mask_b = offs_b < B
+        mask_j = offs_j < H
+        mask_bj = mask_b[:, None] & mask_j[None, :]
+        bh = offs_b[:, None] * H + offs_j[None, :]
+        D = 4 * H  # row length of dg and acts
+        # Saved values and incoming gradients first, so that their latency overlaps the product.
+        act = act_ptr + t * B * D + offs_b[:, None] * D + offs_j[None, :]
+        r = tl.load(act, mask=mask_bj, other=0.0)
+        z = tl.load(act + H, mask=mask_bj, other=0.0)
+        n = tl.load(act + 2 * H, mask=mask_bj, other=0.0)
+        hn = tl.load(act + 3 * H, mask=mask_bj, other=0.0)
+        h_prev = tl.load(hs_ptr + t * B * H + bh, mask=mask_bj, other=0.0)
+        dh = tl.load(dy_ptr + t * B * H + bh, mask=mask_bj, other=0.0).to(tl.float32)
+        dh += tl.load(carry_ptr + bh, mask=mask_bj, other=0.0)
+        if HAS_NEXT:
+            # dh_t += sum_g z_h^g * (da_{t+1}^g @ W_g): h_t fed every gate's product of step t+1.
+            gate = pid_s // KS
+            k_base = (pid_s % KS) * K_CHUNK
+            dg_next = dg_ptr + (t + 1) * B * D + offs_b[:, None] * D + gate * H
+            z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
+            if HAS_ZH:
+                zh = tl.load(z_at + gate * stride_zg, mask=mask_bj, other=0.0)
+            part = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+            for kk in range(0, K_CHUNK, BLOCK_K):
+                offs_k = k_base + kk + tl.arange(0, BLOCK_K)
+                mask_k = offs_k < H  # also keeps gate g's k from reading gate g+1's rows
+                a = tl.load(dg_next + offs_k[None, :], mask=mask_b[:, None] & mask_k[None, :], other=0.0)
+                # Columns j < stride_w exist (rows zero-padded past H): only k needs a mask.
+                w = tl.load(w_ptr + (gate * H + offs_k[:, None]) * stride_w + offs_j[None, :],
+                            mask=mask_k[:, None], other=0.0)
+                part = tl.dot(a.to(OP_DTYPE), w, part, input_precision=PRECISION)
+            if HAS_ZH:
+                part = part * zh
+            slot = ws_ptr + bh
+            tl.store(slot + pid_s * B * H, part, mask=mask_bj)
+            tl.debug_barrier()
+            counter = cnt_ptr + pid_b * tl.num_programs(0) + pid_j
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            last = arrived == 3 * KS - 1
+            live = mask_bj & last
+            for s in tl.static_range(3 * KS):
+                dh += tl.load(slot + s * B * H, mask=live, other=0.0, cache_modifier=".cg")
+            tl.store(counter, 0, mask=last)
+        else:  # the last step (one program per block): no product of a later step
+            live = mask_bj
+
+        # h_t = (1 - z) n + z h_{t-1};  n = tanh(x_n + r a_n)
+        dn_pre = dh * (1.0 - z) * (1.0 - n * n)
+        da_r = dn_pre * hn * r * (1.0 - r)
+        da_z = dh * (h_prev - n) * z * (1.0 - z)
+        tl.store(carry_ptr + bh, dh * z, mask=live)
+        dg = dg_ptr + t * B * D + offs_b[:, None] * D + offs_j[None, :]
+        tl.store(dg, da_r, mask=live)
+        tl.store(dg + H, da_z, mask=live)
+        tl.store(dg + 2 * H, dn_pre * r, mask=live)
+        tl.store(dg + 3 * H, dn_pre, mask=live)
+
+    _KERNELS = (_gru_fwd_step, _gru_bwd_step)
+    return _KERNELS
+
+
+def _tl_dtype(dtype: torch.dtype):
+    # vdrnn.fused's own helper reads the `tl` that only its kernel builder imports.
+    return getattr(tl, str(dtype).removeprefix("torch."))
+
+
+def _forward(x_proj, h0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
+    """Run the T forward steps. Returns y [T,B,H] (x_proj dtype), hs [T+1,B,H] fp32, acts [T,B,4H] or None."""
+    fwd, _ = _build_kernels()
+    steps, batch, three_h = x_proj.shape
+    hidden = three_h // GRU_GATES
+    dev = x_proj.device
+    zh, szb, szg, has_zh, per_gate = margs
+    hs = torch.empty(steps + 1, batch, hidden, device=dev, dtype=torch.float32)
+    hs[0].copy_(h0)
+    y = torch.empty(steps, batch, hidden, device=dev, dtype=x_proj.dtype)
+    acts = torch.empty(steps, batch, SAVED * hidden, device=dev, dtype=torch.float32) if save_acts else hs
+    if plan.split_f > 1:
+        ws = torch.empty(plan.split_f, batch, three_h, device=dev, dtype=torch.float32)
+        counters = torch.zeros(plan.n_b * plan.n_j, device=dev, dtype=torch.int32)
+    else:
+        ws = counters = hs
+    grid = (plan.n_j, plan.split_f, plan.n_b)
+    op = _tl_dtype(w_op.dtype)
+    precision = _precision(w_op.dtype)
+    bias = b_hh.detach()
+    for t in range(steps):
+        fwd[grid](
+            t, x_proj, w_op, bias, zh, hs, y, acts, ws, counters,
+            batch, w_op.stride(0), szb, szg, H=hidden, HAS_ZH=has_zh, PER_GATE=per_gate, SAVE_ACTS=save_acts,
+            OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=fused.BLOCK_H,
+            BLOCK_K=fused.BLOCK_K, K_CHUNK=plan.chunk_f, SPLIT=plan.split_f,
+            num_warps=fused.NUM_WARPS, num_stages=plan.stages_f,
+        )
+    return y, hs, (acts if save_acts else None)
+
+
+def _gru_mask_args(zh: torch.Tensor | None, like: torch.Tensor):
+    """(z_h, stride_b, stride_g, has_zh, per_gate): vdrnn.fused's mask arguments less the LSTM's c-mask."""
+    return _mask_args(zh, None, 1.0, _dummy(like))[:5]
+
+
+class _FusedGRU(torch.autograd.Function):
+    """Differentiable in x_proj, h0, w_hh, b_hh; the mask is a constant of the minibatch."""
+
+    @staticmethod
+    def forward(ctx, x_proj, h0, w_hh, b_hh, zh, op_dtype):
+        plan = _Plan(x_proj.shape[1], h0.shape[-1], x_proj.device)
+        w_op = _pack_weight(w_hh, op_dtype, plan)
+        margs = _gru_mask_args(zh, x_proj)
+        y, hs, acts = _forward(x_proj, h0, w_op, b_hh, margs, plan, save_acts=True)
+        ctx.save_for_backward(w_op, hs, acts, margs[0])
+        ctx.margs = margs[1:]
+        ctx.plan = plan
+        ctx.dtypes = (x_proj.dtype, h0.dtype, w_hh.dtype, b_hh.dtype)
+        return y, hs[-1].clone()
+
+    @staticmethod
+    def backward(ctx, dy, dh_t):
+        # The products below pick their dtypes explicitly; an autocast still active on the calling
+        # thread (CPU backward runs there) must not recast them.
+        with torch.autocast(dy.device.type, enabled=False):
+            return _FusedGRU._backward(ctx, dy, dh_t)
+
+    @staticmethod
+    def _backward(ctx, dy, dh_t):
+        _, bwd = _build_kernels()
+        w_op, hs, acts, zh = ctx.saved_tensors
+        szb, szg, has_zh, per_gate = ctx.margs
+        plan = ctx.plan
+        xp_dtype, h0_dtype, w_dtype, b_dtype = ctx.dtypes
+        steps, batch, hidden = dy.shape
+        three_h = GRU_GATES * hidden
+        dev = dy.device
+        dy = dy.contiguous()
+        carry = dh_t.float().clone()  # z_{t+1} * dL/dh_{t+1}, carried back in place; dL/dh_T to start
+        dg = torch.empty(steps, batch, SAVED * hidden, device=dev, dtype=torch.float32)
+        ws = torch.empty(GRU_GATES * plan.ks, batch, hidden, device=dev, dtype=torch.float32)
+        counters = torch.zeros(plan.n_b * plan.n_j, device=dev, dtype=torch.int32)
+        op = _tl_dtype(w_op.dtype)
+        precision = _precision(w_op.dtype)
+        for t in reversed(range(steps)):
+            has_next = t < steps - 1
+            grid = (plan.n_j, GRU_GATES * plan.ks if has_next else 1, plan.n_b)
+            bwd[grid](
+                t, dg, w_op, zh, dy, acts, hs, carry, ws, counters,
+                batch, w_op.stride(0), szb, szg, H=hidden,
+                HAS_NEXT=has_next, HAS_ZH=has_zh, PER_GATE=per_gate, OP_DTYPE=op, PRECISION=precision,
+                BLOCK_B=plan.block_b, BLOCK_H=fused.BLOCK_H, BLOCK_K=fused.BLOCK_K,
+                K_CHUNK=plan.chunk_b, KS=plan.ks, num_warps=fused.NUM_WARPS, num_stages=plan.stages_b,
+            )
+        # Whole-sequence products, one library call each. da = the gradients of the recurrent products.
+        w = w_op[:, :hidden]
+        h_prev = hs[:steps]  # h_{t-1} for t = 0..T-1
+        da = dg[..., :three_h].to(w_op.dtype)
+        if per_gate:  # untied: gate g saw h * z_h^g, so dW_g and dh_0 are per-gate products
+            hz = (h_prev.unsqueeze(2) * zh).to(w_op.dtype)  # [T, B, G, H]
+            da3 = da.reshape(steps * batch, GRU_GATES, hidden)
+            dw = torch.einsum("ngk,ngj->gkj", da3, hz.view(steps * batch, GRU_GATES, hidden))
+            dh0 = torch.einsum("bgk,gkj->bgj", da3[:batch], w.reshape(GRU_GATES, hidden, hidden)).float()
+            dh0 = (dh0 * zh).sum(1)
+        else:
+            hz = (h_prev * zh if has_zh else h_prev).to(w_op.dtype)
+            dw = da.reshape(steps * batch, three_h).t() @ hz.view(steps * batch, hidden)
+            dh0 = (da[0] @ w).float()
+            if has_zh:
+                dh0 = dh0 * zh
+        dh0 = dh0 + carry  # the part through z_0 * h_0
+        # x_proj's n part is not scaled by r: its gradient is dn_pre, not da_n.
+        d_xproj = torch.cat((dg[..., :2 * hidden], dg[..., three_h:]), dim=-1).to(xp_dtype)
+        db = dg[..., :three_h].sum((0, 1)).to(b_dtype)
+        return d_xproj, dh0.to(h0_dtype), dw.reshape(three_h, hidden).to(w_dtype), db, None, None
+
+
+def gru_fused(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...],
+              masks: LayerMasks) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop-in for :func:`vdrnn.recurrent.gru_reference`: same arguments, same results."""
+    global _WARNED
+    if not available(x.device):
+        if not _WARNED:
+            warnings.warn("vdrnn.fused_gru: Triton kernels need CUDA (or TRITON_INTERPRET=1); running the "
+                          "reference loop instead", stacklevel=2)
+            _WARNED = True
+        return gru_reference(x, h0, params, masks)
+    w_ih, w_hh, b_ih, b_hh = params
+    x_proj = masked_linear(x, w_ih, b_ih, masks.x, masks.per_gate).contiguous()
+    zh = masks.h if masks.h is not None and (masks.h.dim() == 2 or masks.per_gate) else None
+    if masks.h is not None and zh is None:
+        raise ValueError("a [B, G, H] recurrent mask needs masks.per_gate=True")
+    op_dtype = _op_dtype(x.device)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x_proj, h0, w_hh, b_hh)):
+        return _FusedGRU.apply(x_proj, h0, w_hh, b_hh, zh, op_dtype)
+    # Inference (e.g. MC dropout evaluation): the same kernels, nothing saved for backward.
+    plan = _Plan(x_proj.shape[1], h0.shape[-1], x_proj.device)
+    margs = _gru_mask_args(zh, x_proj)
+    y, hs, _ = _forward(x_proj, h0, _pack_weight(w_hh, op_dtype, plan), b_hh, margs, plan, save_acts=False)
+    return y, hs[-1]
