@@ -59,6 +59,20 @@ def test_raw_w_hh_gets_gradients_is_never_overwritten_and_eval_uses_it():
                           plain(model.embedding(tokens))[0], atol=1e-6)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's LSTM needs CUDA")
+def test_weight_drop_trains_through_cudnn_on_the_gpu():
+    # cuDNN (unlike the CPU kernel) can only differentiate a training-mode forward: the weight-drop call
+    # must ask for one whenever gradients are on, and still run under no_grad for evaluation.
+    model = awd_model().cuda()
+    tokens = torch.randint(0, V, (T, B), device="cuda")
+    logits, _ = model(tokens, model.initial_state(B, "cuda"))
+    logits.sum().backward()
+    assert all(layer.lstm.weight_hh_l0.grad.abs().sum() > 0 for layer in model.layers)
+    with torch.no_grad():
+        model.eval()
+        assert torch.isfinite(model(tokens, model.initial_state(B, "cuda"))[0]).all()
+
+
 def test_embedding_mask_per_batch_and_locked_masks_per_sample():
     scheme = make_dropout(DropoutConfig(scheme="awd", embedding=0.5, input=0.5, embedding_mask="batch"))
     tokens = torch.randint(0, 3, (40, B))

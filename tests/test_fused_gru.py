@@ -1,53 +1,18 @@
 """The fused Triton GRU recurrence (vdrnn.fused_gru) against the reference loop.
 
 On a machine without CUDA the kernels run in Triton's interpreter on CPU tensors (TRITON_INTERPRET=1,
-set here before Triton is first imported); on a GPU the same tests run the compiled kernels.
+see triton_setup.py); on a GPU the same tests run the compiled kernels.
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
+from triton_setup import CUDA, DEVICE, exact_fp32, gpu, rel  # noqa: F401 (exact_fp32: autouse fixture)
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-triton = pytest.importorskip("triton")
-
-from vdrnn.dropout import LayerMasks, bernoulli_mask  # noqa: E402
-from vdrnn.fused_gru import gru_fused  # noqa: E402
-from vdrnn.recurrent import GRU_GATES, GRULayer, gru_reference  # noqa: E402
-
-CUDA = torch.cuda.is_available()
-DEVICE = torch.device("cuda" if CUDA else "cpu")
-gpu = pytest.mark.skipif(not CUDA, reason="needs CUDA")
-
-if not CUDA:
-    from triton.runtime.interpreter import InterpretedFunction
-
-    # Triton decides at its first import whether kernels are interpreted; if another test module
-    # imported it earlier without TRITON_INTERPRET, the kernels cannot run on this CPU machine.
-    if not isinstance(triton.language.sigmoid, InterpretedFunction):
-        pytest.skip("Triton was imported before TRITON_INTERPRET=1 was set; run this file on its own",
-                    allow_module_level=True)
-
-
-@pytest.fixture(autouse=True)
-def exact_fp32():
-    """Compare in IEEE fp32: TF32 products would differ from the reference by ~1e-3 on their own."""
-    if not CUDA:
-        yield
-        return
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
+from vdrnn.dropout import LayerMasks, bernoulli_mask
+from vdrnn.fused_gru import gru_fused
+from vdrnn.recurrent import GRU_GATES, GRULayer, gru_reference
 
 
 def make_masks(kind: str, steps: int, batch: int, inputs: int, hidden: int) -> LayerMasks:

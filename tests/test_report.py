@@ -16,7 +16,7 @@ def test_report_groups_seeds_and_sets_paper_numbers_beside_ours(tmp_path, tiny_c
             f"data.root={tiny_corpus}", "eval.samples=2", "hydra.sweep.dir=sweep", cwd=tmp_path)
     result = run_cli("report", "sweep", "--out", "report", cwd=tmp_path)
     assert "| Zaremba et al. 2014 | medium | in 0.5, out 0.5 | 2 |" in result.stdout
-    assert "| Variational (tied weights) | medium | emb 0.2, in 0.5, h 0.2, out 0.5 | 2 |" in result.stdout
+    assert "| Variational (tied weights) | medium | emb 0.2, in 0.3, h 0.2, out 0.3 | 2 |" in result.stdout
     with open(tmp_path / "report" / "table.csv") as f:
         rows = {r["row"]: r for r in csv.DictReader(f)}
     zaremba, variational = rows["Zaremba et al. 2014"], rows["Variational (tied weights)"]

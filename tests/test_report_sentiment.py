@@ -8,10 +8,11 @@ import json
 from vdrnn import report
 
 
-def fake_run(folder, dataset, cell, scheme, gates, seed, accuracy, p=None):
+def fake_run(folder, dataset, cell, scheme, gates, seed, accuracy, p=None, trainer=None):
     folder.mkdir(parents=True)
     dropout = {"scheme": scheme, **({"input": p, "recurrent": p} if p else {})}
-    config = {"data": {"name": dataset}, "cell": {"type": cell, "gates": gates}, "dropout": dropout, "seed": seed}
+    config = {"data": {"name": dataset}, "cell": {"type": cell, "gates": gates}, "dropout": dropout, "seed": seed,
+              **({"trainer": trainer} if trainer else {})}
     if dataset == "imdb":
         final = {"test_accuracy": accuracy, "test_nll": 0.3, "test_ece": 0.02, "test_entropy": 0.25,
                  "test_accuracy_mc": accuracy + 0.01, "test_nll_mc": 0.29, "test_ece_mc": 0.01, "test_entropy_mc": 0.3}
@@ -50,3 +51,19 @@ def test_sentiment_rows_that_differ_in_dropout_stay_apart(tmp_path):
     with open(tmp_path / "out" / "imdb_table.csv") as f:
         rows = [(r["dropout"], r["accuracy (%)"]) for r in csv.DictReader(f)]
     assert rows == [("in 0.25, h 0.25", "88.00"), ("in 0.5, h 0.5", "85.00")]
+
+
+def test_runs_that_differ_in_another_setting_are_rows_named_by_it(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in (1, 2):  # seeds of one experiment, whatever else they log (progress bar, device)
+        fake_run(runs / f"long{seed}", "imdb", "lstm", "variational", "tied", seed, 0.86,
+                 trainer={"epochs": 40, "amp": "off", "progress": seed == 1})
+    fake_run(runs / "short", "imdb", "lstm", "variational", "tied", 1, 0.85, trainer={"epochs": 20, "amp": "off"})
+    # An option that older runs did not have yet is not a difference.
+    fake_run(runs / "old", "imdb", "gru", "variational", "tied", 1, 0.85, trainer={"epochs": 20})
+    fake_run(runs / "new", "imdb", "gru", "variational", "tied", 2, 0.87, trainer={"epochs": 20, "max_minutes": None})
+    report.write_report([runs], tmp_path / "out")
+    with open(tmp_path / "out" / "imdb_table.csv") as f:
+        rows = [(r["row"], r["seeds"]) for r in csv.DictReader(f)]
+    assert rows == [("LSTM · variational [trainer.epochs=20]", "1"), ("LSTM · variational [trainer.epochs=40]", "2"),
+                    ("GRU · variational", "2")]

@@ -89,7 +89,9 @@ def lstm_with_weights(x: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor], pa
     """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
-        y, h, c = torch.lstm(x, hx, list(params), True, 1, 0.0, False, False, False)
+        # train=True when gradients are wanted: cuDNN's backward needs the workspace its training-mode
+        # forward keeps (a train=False forward cannot be differentiated on CUDA; on CPU it can).
+        y, h, c = torch.lstm(x, hx, list(params), True, 1, 0.0, torch.is_grad_enabled(), False, False)
     return y, (h, c)
 
 

@@ -38,6 +38,11 @@ class Row:
     paper: dict[str, Any] | None
     runs: list[dict[str, Any]] = field(default_factory=list)
     curves: list[list[float]] = field(default_factory=list)
+    setting: str = ""  # what else sets this row apart from rows of the same name and dropout (see distinguish)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} [{self.setting}]" if self.setting else self.name
 
     def values(self, key: str) -> list[float]:
         return [r[key] for r in self.runs if r.get(key) is not None]
@@ -68,6 +73,56 @@ def row_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
     return name, size, dropout_label(dropout)
 
 
+# Config entries that never make two runs different experiments: which seed, where and how they ran.
+NOT_SETTINGS = ("seed", "device", "resume", "checkpoint", "init_from", "paper", "data.root", "trainer.progress",
+                "trainer.log_every")
+
+
+def settings(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """The config flattened to ``{"trainer.amp": "bf16", ...}``, without NOT_SETTINGS: runs whose settings are
+    equal are seeds of one experiment."""
+    out = {}
+    for key, value in config.items():
+        name = prefix + key
+        if name in NOT_SETTINGS:
+            continue
+        if isinstance(value, dict):
+            out.update(settings(value, name + "."))
+        else:
+            out[name] = json.dumps(value)
+    return out
+
+
+def same_experiment(a: dict[str, str], b: dict[str, str]) -> bool:
+    """Settings equal wherever both runs have the key (an option added to vdrnn later is missing in older runs)."""
+    return all(a[k] == b[k] for k in a.keys() & b.keys())
+
+
+def row_for(rows: dict[Any, list], key, config: dict[str, Any], new):
+    """The row under ``key`` whose runs are the same experiment as ``config``, or ``new()`` added there."""
+    mine = settings(config)
+    for row in rows.setdefault(key, []):
+        if same_experiment(settings(row.runs[0].get("config") or {}), mine):
+            return row
+    rows[key].append(new())
+    return rows[key][-1]
+
+
+def distinguish(rows, same) -> None:
+    """Set ``row.setting`` to the entries that differ between rows for which ``same(row)`` is equal (e.g. one
+    preset trained for 20 and for 40 epochs, or in fp32 and bf16), so that no two rows read alike."""
+    groups: dict[Any, list] = {}
+    for row in rows:
+        groups.setdefault(same(row), []).append(row)
+    for group in (g for g in groups.values() if len(g) > 1):
+        every = [settings(row.runs[0].get("config") or {}) for row in group]
+        # Keys that only some runs have are options added to vdrnn in between, not differences.
+        shared = set.intersection(*(set(s) for s in every))
+        differ = sorted(k for k in shared if len({s[k] for s in every}) > 1)
+        for row, values in zip(group, every, strict=True):
+            row.setting = ", ".join(f"{k}={values[k]}" for k in differ).replace('"', "")
+
+
 def find_runs(folders: list[Path]):
     """(path of metrics.json, its content) of every finished run under ``folders``."""
     for folder in folders:
@@ -80,11 +135,12 @@ def dataset_of(metrics: dict[str, Any]) -> str:
 
 
 def collect(folders: list[Path]) -> list[Row]:
-    rows: dict[tuple[str, str], Row] = {}
+    found: dict[tuple, list[Row]] = {}
     for path, metrics in find_runs(folders):
         if dataset_of(metrics) == "ptb":
-            key = row_identity(metrics)
-            row = rows.setdefault(key, Row(name=key[0], size=key[1], dropout=key[2], paper=metrics.get("paper")))
+            name, size, dropout = row_identity(metrics)
+            row = row_for(found, (name, size, dropout), metrics.get("config") or {},
+                          lambda: Row(name=name, size=size, dropout=dropout, paper=metrics.get("paper")))  # noqa: B023
             row.runs.append(metrics)
             history = path.parent / "metrics.jsonl"
             if history.exists():
@@ -93,9 +149,11 @@ def collect(folders: list[Path]) -> list[Row]:
 
     def order(row: Row):
         rank = ROW_ORDER.index(row.name) if row.name in ROW_ORDER else len(ROW_ORDER)
-        return size_rank.get(row.size, 3), rank, row.name, row.dropout
+        return size_rank.get(row.size, 3), rank, row.name, row.dropout, row.setting
 
-    return sorted(rows.values(), key=order)
+    rows = [row for group in found.values() for row in group]
+    distinguish(rows, lambda row: (row.name, row.size, row.dropout))
+    return sorted(rows, key=order)
 
 
 def mean_std(values: list[float], digits: int = 1) -> str:
@@ -121,7 +179,7 @@ def table(rows: list[Row]) -> list[list[str]]:
         wps = row.values("wps")
         wall = [(r.get("train_seconds") or 0) + (r.get("eval_seconds") or 0) for r in row.runs]
         lines.append([
-            row.name, row.size, row.dropout, str(len(row.runs)),
+            row.label, row.size, row.dropout, str(len(row.runs)),
             mean_std(row.values("valid_ppl")), mean_std(row.values("test_ppl")), mean_std(row.values("test_ppl_mc")),
             paper_value(row, "valid"), paper_value(row, "test"), paper_value(row, "test_mc"),
             f"{statistics.mean(wps):,.0f}" if wps else "–", f"{statistics.mean(wall) / 60:.1f}",
@@ -160,7 +218,7 @@ def plot(rows: list[Row], path: Path) -> None:
     for ax, size in zip(axes[0], sizes, strict=False):
         panel = [r for r in rows if r.size == size and r.curves]
         for row in panel:
-            plot_mean_curve(ax, row.curves, line_label(row.name, row.dropout, [r.name for r in panel]))
+            plot_mean_curve(ax, row.curves, line_label(row.label, row.dropout, [r.label for r in panel]))
         finite = [v for line in ax.get_lines() for v in line.get_ydata() if math.isfinite(v)]
         if finite:
             ax.set_ylim(min(finite) * 0.95, min(max(finite), min(finite) * 2.0))
@@ -192,10 +250,11 @@ class SentimentRow:
     dropout: str
     runs: list[dict[str, Any]] = field(default_factory=list)
     curves: list[list[float]] = field(default_factory=list)
+    setting: str = ""  # as Row.setting
 
     @property
     def name(self) -> str:
-        return f"{self.cell.upper()} · {self.scheme}"
+        return f"{self.cell.upper()} · {self.scheme}" + (f" [{self.setting}]" if self.setting else "")
 
 
 def scheme_name(config: dict[str, Any]) -> str:
@@ -206,14 +265,14 @@ def scheme_name(config: dict[str, Any]) -> str:
 
 def collect_sentiment(folders: list[Path]) -> dict[str, list[SentimentRow]]:
     """dataset -> rows (cell x scheme, seeds together), in the order LSTM, GRU, RNN x none ... variational."""
-    found: dict[str, dict[tuple[str, str], SentimentRow]] = {}
+    found: dict[str, dict[tuple[str, str, str], list[SentimentRow]]] = {}
     for path, metrics in find_runs(folders):
         dataset = dataset_of(metrics)
         if dataset not in SENTIMENT_METRICS:
             continue
         config = metrics["config"]
         key = (config.get("cell", {}).get("type", "lstm"), scheme_name(config), dropout_label(config.get("dropout", {})))
-        row = found.setdefault(dataset, {}).setdefault(key, SentimentRow(*key))
+        row = row_for(found.setdefault(dataset, {}), key, config, lambda: SentimentRow(*key))  # noqa: B023
         row.runs.append(metrics)
         history = path.parent / "metrics.jsonl"
         if history.exists():
@@ -222,7 +281,12 @@ def collect_sentiment(folders: list[Path]) -> dict[str, list[SentimentRow]]:
     def order(row: SentimentRow):
         return _rank(CELL_ORDER, row.cell), _rank(SCHEME_ORDER, row.scheme), row.name, row.dropout
 
-    return {dataset: sorted(rows.values(), key=order) for dataset, rows in sorted(found.items())}
+    out = {}
+    for dataset, groups in sorted(found.items()):
+        rows = [row for group in groups.values() for row in group]
+        distinguish(rows, lambda row: (row.cell, row.scheme, row.dropout))
+        out[dataset] = sorted(rows, key=order)
+    return out
 
 
 def _rank(known: list[str], item: str) -> int:
@@ -262,7 +326,8 @@ def plot_sentiment(dataset: str, rows: list[SentimentRow], path: Path) -> None:
     for ax, cell in zip(axes[0], cells, strict=True):
         panel = [r for r in rows if r.cell == cell and r.curves]
         for row in panel:
-            plot_mean_curve(ax, row.curves, line_label(row.scheme, row.dropout, [r.scheme for r in panel]))
+            scheme = row.scheme + (f" [{row.setting}]" if row.setting else "")
+            plot_mean_curve(ax, row.curves, line_label(scheme, row.dropout, [r.scheme for r in panel]))
         ax.set(title=f"{dataset}, {cell.upper()}: test error per epoch", xlabel="epoch", ylabel=CURVES[dataset][1])
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

@@ -1,0 +1,47 @@
+"""What the fused-kernel tests share: Triton's interpreter on CPU-only machines, the device, exact fp32.
+
+Import this module before anything that imports Triton: on a machine without CUDA it sets
+TRITON_INTERPRET=1 first, so the same kernels run in Triton's interpreter on CPU tensors; on a GPU the
+tests run the compiled kernels.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+CUDA = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if CUDA else "cpu")
+gpu = pytest.mark.skipif(not CUDA, reason="needs CUDA")
+
+if not CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+triton = pytest.importorskip("triton")
+
+if not CUDA:
+    from triton.runtime.interpreter import InterpretedFunction
+
+    # Triton decides at its first import whether kernels are interpreted; if another test module
+    # imported it earlier without TRITON_INTERPRET, the kernels cannot run on this CPU machine.
+    if not isinstance(triton.language.sigmoid, InterpretedFunction):
+        pytest.skip("Triton was imported before TRITON_INTERPRET=1 was set; run this file on its own",
+                    allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def exact_fp32():
+    """Compare in IEEE fp32: TF32 products would differ from the reference by ~1e-3 on their own."""
+    if not CUDA:
+        yield
+        return
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
