@@ -60,7 +60,8 @@ def dropout_label(dropout: dict[str, Any]) -> str:
 
 
 def row_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
-    """(row name, size, dropout probabilities): runs that share all three are seeds of one row."""
+    """(row name, size, dropout probabilities): how the table names a run. Runs named alike are seeds of one
+    row when their other settings agree too (``row_for``)."""
     config = metrics.get("config") or {}
     paper = metrics.get("paper")
     hidden = config.get("model", {}).get("hidden_size")
