@@ -2,6 +2,7 @@
 """Training steps per second of the sentiment presets' model on this machine (batch 128 x 200 tokens).
 
     python scripts/sentiment_speed.py --steps 3          # every cell x scheme, a few steps each
+    python scripts/sentiment_speed.py --impls fast reference --steps 20   # fused kernels vs the step loop (GPU)
 
 Used to size the presets' epochs for a GPU budget: multiply by the steps of an epoch (IMDB: 176,
 scale: about 75) and add the evaluation passes.
@@ -31,11 +32,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--cells", nargs="+", default=["lstm", "gru"])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--impls", nargs="+", default=["auto"], choices=["auto", "fast", "reference"],
+                        help="model.impl for the masked recurrences (fast: the fused LSTM/GRU kernels)")
     args = parser.parse_args()
     batch, length, vocab = 128, 200, 20_000
-    for cell in args.cells:
+    for cell, impl in ((c, i) for c in args.cells for i in args.impls):
         for name, dropout in SCHEMES.items():
-            model = SentimentModel(vocab, 2, SentimentModelConfig(cell=cell), make_dropout(dropout)).to(args.device)
+            config = SentimentModelConfig(cell=cell, impl=impl)
+            model = SentimentModel(vocab, 2, config, make_dropout(dropout)).to(args.device)
             optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
             tokens = torch.randint(0, vocab, (length, batch), device=args.device)
             lengths = torch.full((batch,), length, device=args.device)
@@ -52,7 +56,7 @@ def main() -> None:
             if args.device != "cpu":
                 torch.cuda.synchronize()
             seconds = (time.perf_counter() - start) / args.steps
-            print(f"{cell:5s} {name:12s} {seconds * 1000:8.0f} ms/step  {1 / seconds:6.2f} steps/s", flush=True)
+            print(f"{cell:5s} {impl:9s} {name:12s} {seconds * 1000:8.0f} ms/step  {1 / seconds:6.2f} steps/s", flush=True)
 
 
 if __name__ == "__main__":
