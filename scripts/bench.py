@@ -12,6 +12,7 @@ Times are CUDA-event medians over many steps after warm-up. Writes bench.md and 
 
     python scripts/bench.py --check --out results/bench          # correctness on the GPU, then the table
     python scripts/bench.py --mc --data .devdata/ptb --no-steps   # MC-dropout evaluation time only
+    python scripts/bench.py --gru --no-steps                      # one masked GRU layer, fused vs reference
     python scripts/bench.py --sweep --diag --profile              # tuning: block shapes, where time goes
 
 --sweep times one fused layer per block shape and runs the table with the fastest shape per size.
@@ -150,6 +151,64 @@ def table(rows: list[dict]) -> str:
         precision = "bf16 autocast" if r["amp"] == "bf16" else "fp32 (TF32)"
         lines.append(f"| {r['hidden']} | {precision} | {r['variant']} | {r['ms']:.2f} ({r['p10']:.2f}-{r['p90']:.2f}) "
                      f"| {r['wps']:,.0f} | {r['ratio']:.2f} |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------- --gru
+GRU_VARIANTS = ("cudnn", "reference-tied", "reference-untied", "fast-tied", "fast-untied")
+
+
+def gru_layer_step(hidden: int, variant: str, amp: str, device: str = "cuda"):
+    """A closure running forward + backward of one GRU layer (batch 20 x 35) with ``variant``'s masks.
+
+    cudnn: nn.GRU with no recurrent mask (the anchor); reference / fast: Gal's masks (x 0.5, h 0.3),
+    tied or one per gate, through gru_reference or the fused kernels. Fresh masks every call, as a
+    training step draws them.
+    """
+    from vdrnn.recurrent import GRU_GATES, GRULayer
+
+    layer = GRULayer(hidden, hidden, impl="reference" if variant.startswith("reference") else "fast").to(device)
+    x = torch.randn(BPTT, BATCH, hidden, device=device)
+    h0 = torch.zeros(BATCH, hidden, device=device)
+    dtype = torch.bfloat16 if amp == "bf16" else None
+
+    def masks() -> LayerMasks:
+        if variant == "cudnn":
+            return LayerMasks()
+        shape = (BATCH, GRU_GATES) if variant.endswith("untied") else (BATCH,)
+        return LayerMasks(x=bernoulli_mask((*shape, hidden), 0.5, x), h=bernoulli_mask((*shape, hidden), 0.3, x),
+                          per_gate=variant.endswith("untied"))
+
+    def step(*_):
+        layer.zero_grad(set_to_none=True)
+        with torch.autocast(device, dtype=dtype, enabled=dtype is not None):
+            y, h = layer(x, h0, masks())
+        (y.float().sum() + h.float().sum()).backward()
+    return step
+
+
+def gru_rows(hidden_sizes, amps, iters: int, warmup: int) -> list[dict]:
+    rows = []
+    for hidden in hidden_sizes:
+        for amp in amps:
+            for variant in GRU_VARIANTS:
+                torch.manual_seed(0)
+                times = time_steps(gru_layer_step(hidden, variant, amp), [()], warmup=warmup,
+                                   iters=iters // 4 if variant.startswith("reference") else iters)
+                rows.append({"hidden": hidden, "amp": amp, "variant": variant, "ms": statistics.median(times)})
+                print(f"  GRU layer {hidden:5d} {amp:4s} {variant:18s} {rows[-1]['ms']:8.3f} ms", flush=True)
+    for row in rows:
+        anchor = next(r["ms"] for r in rows if r["variant"] == "cudnn" and r["hidden"] == row["hidden"]
+                      and r["amp"] == row["amp"])
+        row["ratio"] = row["ms"] / anchor
+    return rows
+
+
+def gru_table(rows: list[dict]) -> str:
+    lines = [f"One GRU layer, forward + backward, batch {BATCH} x {BPTT} (no decoder, no update):", "",
+             "| hidden | precision | path | ms | x cuDNN (unmasked) |", "|---|---|---|---|---|"]
+    lines += [f"| {r['hidden']} | {'bf16 autocast' if r['amp'] == 'bf16' else 'fp32 (TF32)'} | {r['variant']} "
+              f"| {r['ms']:.2f} | {r['ratio']:.2f} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -402,6 +461,7 @@ def main() -> None:
     parser.add_argument("--mc-amp", nargs="+", default=["off"], choices=["off", "bf16"])
     parser.add_argument("--data", default=".devdata/ptb", help="folder holding ptb.{train,test}.txt (for --mc)")
     parser.add_argument("--no-steps", action="store_true", help="skip the training-step table")
+    parser.add_argument("--gru", action="store_true", help="also time one masked GRU layer, fused vs reference")
     parser.add_argument("--sweep", action="store_true", help="also time the fused layer per block shape")
     parser.add_argument("--profile", action="store_true", help="device time per kernel, eager fast path")
     parser.add_argument("--diag", action="store_true", help="time a trivial kernel, cuBLAS and forward splits")
@@ -452,6 +512,10 @@ def main() -> None:
         rows = bench_configs(args, best)
         report["steps"] = rows
         md.append(table(rows))
+        save()
+    if args.gru:
+        report["gru"] = gru_rows(args.hidden, args.amp, args.iters, args.warmup)
+        md += ["", gru_table(report["gru"])]
         save()
     if args.mc:
         report["mc"] = mc_timing(args.data, 1000, args.mc_batch, args.mc_impls, args.mc_amp)
