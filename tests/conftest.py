@@ -68,3 +68,16 @@ TINY = [
     "data.eval_batch_size=4", "data.test_batch_size=1", "data.allow_custom_corpus=true",
     "trainer.progress=false", "trainer.log_every=5", "trainer.epochs=2",
 ]
+
+
+@pytest.fixture(params=["default", "split"])
+def block_plan(request, monkeypatch):
+    """Default block shapes, and narrow K slices with the reduction split over several programs
+    (exercises the split-K partial sums and the last-arriver cell at these small sizes). The GRU kernels read
+    the same knobs from vdrnn.fused."""
+    import vdrnn.fused as fused
+
+    if request.param == "split":
+        monkeypatch.setattr(fused, "BLOCK_K", 16)
+        monkeypatch.setattr(fused, "FORCE_SPLIT", (3, 2))
+    return request.param

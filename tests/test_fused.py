@@ -64,18 +64,6 @@ def run_with_grads(fn, leaves, masks, weights):
 NAMES = ["y", "h_T", "c_T", "dx", "dh0", "dc0", "dw_ih", "dw_hh", "db_ih", "db_hh"]
 
 
-@pytest.fixture(params=["default", "split"])
-def block_plan(request, monkeypatch):
-    """Default block shapes, and narrow K slices with the reduction split over several programs
-    (exercises the split-K partial sums and the last-arriver cell at these small sizes)."""
-    import vdrnn.fused as fused
-
-    if request.param == "split":
-        monkeypatch.setattr(fused, "BLOCK_K", 16)
-        monkeypatch.setattr(fused, "FORCE_SPLIT", (3, 2))
-    return request.param
-
-
 @pytest.mark.parametrize("hidden", [8, 33])
 @pytest.mark.parametrize("kind", ["none", "tied", "tied_h_only", "fresh_x_tied_h", "untied", "untied_x_only",
                                   "moon"])

@@ -72,18 +72,6 @@ def compare(steps, batch, inputs, hidden, kind, tol=1e-5):
     assert out[0].dtype == ref[0].dtype and out[1].dtype == torch.float32
 
 
-@pytest.fixture(params=["default", "split"])
-def block_plan(request, monkeypatch):
-    """Default block shapes, and narrow K slices with the reduction split over several programs
-    (exercises the split-K partial sums and the last-arriver cell at these small sizes)."""
-    import vdrnn.fused as fused
-
-    if request.param == "split":
-        monkeypatch.setattr(fused, "BLOCK_K", 16)
-        monkeypatch.setattr(fused, "FORCE_SPLIT", (3, 2))
-    return request.param
-
-
 @pytest.mark.parametrize("kind", ["none", "tied_h", "tied", "fresh_x_tied_h", "untied", "untied_x_only"])
 def test_fused_gru_matches_reference(kind):
     torch.manual_seed(0)
