@@ -136,15 +136,24 @@ def to_container(cfg: DictConfig) -> dict[str, Any]:
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
+def model_from(raw: dict[str, Any], cls=ModelConfig):
+    """The ``model`` group with the ``cell`` group's choices (type, tied or untied gates) folded in."""
+    cell = raw.get("cell") or {}
+    return build(cls, {**raw["model"], "cell": cell.get("type", "lstm"), "gates": cell.get("gates", "tied")}, "model")
+
+
+def dropout_from(raw: dict[str, Any], model: ModelConfig) -> DropoutConfig:
+    """The ``dropout`` group; untied gates mean one mask per gate."""
+    return build(DropoutConfig, {**raw["dropout"], "per_gate": model.gates == "untied"}, "dropout")
+
+
 def from_dict(raw: dict[str, Any]) -> RunConfig:
     """Validate a composed config (a plain dict, e.g. from ``to_container`` or a checkpoint)."""
-    cell = raw.get("cell") or {}
-    model = build(ModelConfig, {**raw["model"], "cell": cell.get("type", "lstm"), "gates": cell.get("gates", "tied")},
-                   "model")
+    model = model_from(raw)
     if model.cell != "lstm":
         raise ConfigError(f"cell={model.cell} is for the sentiment datasets; the language model is an LSTM: "
                           f"use `cell=lstm`, or `dataset=imdb`/`dataset=scale` with this cell")
-    dropout = build(DropoutConfig, {**raw["dropout"], "per_gate": model.gates == "untied"}, "dropout")
+    dropout = dropout_from(raw, model)
     return RunConfig(
         data=build(DataConfig, raw["data"], "data"),
         model=model,

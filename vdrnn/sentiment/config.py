@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vdrnn.config import EvalConfig, TrainerConfig, build
+from vdrnn.config import EvalConfig, TrainerConfig, build, dropout_from, model_from
 from vdrnn.dropout import DropoutConfig
 from vdrnn.errors import ConfigError
 from vdrnn.model import ModelConfig
@@ -89,10 +89,8 @@ class SentimentRunConfig:
 
 def from_dict(raw: dict[str, Any]) -> SentimentRunConfig:
     """Validate a composed config of a sentiment run (a plain dict, e.g. from a checkpoint)."""
-    cell = raw.get("cell") or {}
-    model = build(SentimentModelConfig,
-                   {**raw["model"], "cell": cell.get("type", "lstm"), "gates": cell.get("gates", "tied")}, "model")
-    dropout = build(DropoutConfig, {**raw["dropout"], "per_gate": model.gates == "untied"}, "dropout")
+    model = model_from(raw, SentimentModelConfig)
+    dropout = dropout_from(raw, model)
     if model.cell != "lstm" and dropout.scheme not in SINGLE_STATE_SCHEMES:
         reason = ("it drops the LSTM's cell state c_t, which a " + model.cell.upper() + " does not have"
                   if dropout.scheme == "moon" else "it is implemented for the LSTM only")
