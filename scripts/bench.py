@@ -482,8 +482,7 @@ def main() -> None:
             "batch": BATCH, "bptt": BPTT, "vocab": VOCAB}
     print(f"{meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, CUDA {meta['cuda']}", flush=True)
     report: dict = {"meta": meta}
-    md = [f"Training step, 2-layer LM, batch {BATCH} x BPTT {BPTT}, vocab {VOCAB:,}; {meta['gpu']}, "
-          f"torch {meta['torch']}, triton {meta['triton']}, CUDA {meta['cuda']}, {meta['date']}", ""]
+    md = [f"{meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, CUDA {meta['cuda']}, {meta['date']}", ""]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -511,7 +510,7 @@ def main() -> None:
     if not args.no_steps:
         rows = bench_configs(args, best)
         report["steps"] = rows
-        md.append(table(rows))
+        md += [f"Training step, 2-layer LM, batch {BATCH} x BPTT {BPTT}, vocab {VOCAB:,}:", "", table(rows)]
         save()
     if args.gru:
         report["gru"] = gru_rows(args.hidden, args.amp, args.iters, args.warmup)

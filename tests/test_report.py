@@ -24,6 +24,9 @@ def test_report_groups_seeds_and_sets_paper_numbers_beside_ours(tmp_path, tiny_c
     assert variational["paper MC test"] == "79.0" and " ± " in variational["MC test"]  # 2 seeds: mean ± std
     assert zaremba["MC test"] == "–" and " ± " in zaremba["test"]
     assert list(rows) == ["Zaremba et al. 2014", "Variational (tied weights)"]  # Table 1's order
+    # Hydra's record of each job's command line: the smoke settings show, the preset and seed do not.
+    assert "eval.samples=2" in variational["overrides"]
+    assert not any(word in variational["overrides"] for word in ("experiment=", "seed=", "data.root="))
     png = (tmp_path / "report" / "valid_ppl.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
 

@@ -67,3 +67,17 @@ def test_runs_that_differ_in_another_setting_are_rows_named_by_it(tmp_path):
         rows = [(r["row"], r["seeds"]) for r in csv.DictReader(f)]
     assert rows == [("LSTM · variational [trainer.epochs=20]", "1"), ("LSTM · variational [trainer.epochs=40]", "2"),
                     ("GRU · variational", "2")]
+
+
+def test_the_overrides_column_names_what_the_command_line_changed_beyond_the_preset(tmp_path):
+    runs = tmp_path / "runs"
+    fake_run(runs / "a", "imdb", "lstm", "variational", "tied", 1, 0.85)
+    # Seed, preset, probabilities (the dropout column) and cosmetics are not departures from the preset.
+    (runs / "a" / "overrides.yaml").write_text(
+        "- experiment=imdb_lstm_variational\n- seed=2\n- trainer.epochs=40\n- dropout.input=0.25\n"
+        "- trainer.progress=false\n- data.max_length=400\n")
+    fake_run(runs / "b", "imdb", "gru", "variational", "tied", 1, 0.85)  # no record of its command line
+    report.write_report([runs], tmp_path / "out")
+    with open(tmp_path / "out" / "imdb_table.csv") as f:
+        rows = [(r["row"], r["overrides"]) for r in csv.DictReader(f)]
+    assert rows == [("LSTM · variational", "trainer.epochs=40, data.max_length=400"), ("GRU · variational", "–")]

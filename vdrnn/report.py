@@ -3,6 +3,8 @@
 Runs are found by their ``metrics.json`` anywhere under the given folders (a run dir, a sweep dir, or
 several). Runs that differ only by seed form one row, reported as mean ± std over seeds. A row is named
 after its experiment preset's Table 1 row (``paper.row``) or, for ad-hoc runs, after its dropout scheme.
+The last column lists what the run's command line changed beyond its preset (say ``trainer.clip=5``), so a
+row that departs from the paper's settings says so beside the paper's numbers.
 
 Sentiment runs (``dataset=imdb|scale``) get a table per dataset, one row per cell x scheme: test
 accuracy, NLL, ECE and entropy (IMDB) or RMSE (scale) of the best-validation checkpoint, with weight
@@ -22,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from vdrnn.tracking import read_jsonl
 
 # Table 1's order, top to bottom; ad-hoc rows follow in name order.
@@ -39,6 +43,7 @@ class Row:
     runs: list[dict[str, Any]] = field(default_factory=list)
     curves: list[list[float]] = field(default_factory=list)
     setting: str = ""  # what else sets this row apart from rows of the same name and dropout (see distinguish)
+    overrides: str = ""  # what its command line changed beyond the preset (see run_overrides)
 
     @property
     def label(self) -> str:
@@ -124,6 +129,21 @@ def distinguish(rows, same) -> None:
             row.setting = ", ".join(f"{k}={values[k]}" for k in differ).replace('"', "")
 
 
+# Overrides that change nothing a run measures, or that the table shows elsewhere (dropout column, seeds).
+QUIET_OVERRIDES = ("experiment=", "seed=", "dropout.", "trainer.progress=", "trainer.log_every=", "hydra.",
+                   "data.root=", "device=", "resume=", "init_from=", "checkpoint=")
+
+
+def run_overrides(run_dir: Path) -> str:
+    """The command-line overrides a run made to its preset, e.g. ``trainer.clip=5``, so that a row which departs
+    from the paper's settings says so. Hydra records them in ``.hydra/overrides.yaml``; results/ keeps a copy
+    beside metrics.json."""
+    for path in (run_dir / ".hydra" / "overrides.yaml", run_dir / "overrides.yaml"):
+        if path.exists():
+            return ", ".join(o for o in OmegaConf.load(path) if not o.startswith(QUIET_OVERRIDES))
+    return ""
+
+
 def find_runs(folders: list[Path]):
     """(path of metrics.json, its content) of every finished run under ``folders``."""
     for folder in folders:
@@ -141,7 +161,8 @@ def collect(folders: list[Path]) -> list[Row]:
         if dataset_of(metrics) == "ptb":
             name, size, dropout = row_identity(metrics)
             row = row_for(found, (name, size, dropout), metrics.get("config") or {},
-                          lambda: Row(name=name, size=size, dropout=dropout, paper=metrics.get("paper")))  # noqa: B023
+                          lambda: Row(name=name, size=size, dropout=dropout, paper=metrics.get("paper"),  # noqa: B023
+                                      overrides=run_overrides(path.parent)))  # noqa: B023
             row.runs.append(metrics)
             history = path.parent / "metrics.jsonl"
             if history.exists():
@@ -171,7 +192,7 @@ def paper_value(row: Row, key: str) -> str:
 
 
 COLUMNS = ["row", "size", "dropout", "seeds", "valid", "test", "MC test", "paper valid", "paper test", "paper MC test",
-           "words/s", "wall time (min)"]
+           "words/s", "wall time (min)", "overrides"]
 
 
 def table(rows: list[Row]) -> list[list[str]]:
@@ -183,7 +204,7 @@ def table(rows: list[Row]) -> list[list[str]]:
             row.label, row.size, row.dropout, str(len(row.runs)),
             mean_std(row.values("valid_ppl")), mean_std(row.values("test_ppl")), mean_std(row.values("test_ppl_mc")),
             paper_value(row, "valid"), paper_value(row, "test"), paper_value(row, "test_mc"),
-            f"{statistics.mean(wps):,.0f}" if wps else "–", f"{statistics.mean(wall) / 60:.1f}",
+            f"{statistics.mean(wps):,.0f}" if wps else "–", f"{statistics.mean(wall) / 60:.1f}", row.overrides or "–",
         ])
     return lines
 
@@ -252,6 +273,7 @@ class SentimentRow:
     runs: list[dict[str, Any]] = field(default_factory=list)
     curves: list[list[float]] = field(default_factory=list)
     setting: str = ""  # as Row.setting
+    overrides: str = ""  # as Row.overrides
 
     @property
     def name(self) -> str:
@@ -273,7 +295,8 @@ def collect_sentiment(folders: list[Path]) -> dict[str, list[SentimentRow]]:
             continue
         config = metrics["config"]
         key = (config.get("cell", {}).get("type", "lstm"), scheme_name(config), dropout_label(config.get("dropout", {})))
-        row = row_for(found.setdefault(dataset, {}), key, config, lambda: SentimentRow(*key))  # noqa: B023
+        row = row_for(found.setdefault(dataset, {}), key, config,
+                      lambda: SentimentRow(*key, overrides=run_overrides(path.parent)))  # noqa: B023
         row.runs.append(metrics)
         history = path.parent / "metrics.jsonl"
         if history.exists():
@@ -296,7 +319,7 @@ def _rank(known: list[str], item: str) -> int:
 
 def sentiment_columns(dataset: str) -> list[str]:
     titles = [title for _, title, _, _ in SENTIMENT_METRICS[dataset]]
-    return ["row", "dropout", "seeds", *titles, *(f"MC {t}" for t in titles), "epochs", "wall time (min)"]
+    return ["row", "dropout", "seeds", *titles, *(f"MC {t}" for t in titles), "epochs", "wall time (min)", "overrides"]
 
 
 def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
@@ -311,7 +334,8 @@ def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
         keys = [key for key, _, _, _ in SENTIMENT_METRICS[dataset]]
         wall = [(r.get("train_seconds") or 0) + (r.get("eval_seconds") or 0) for r in row.runs]
         lines.append([row.name, row.dropout, str(len(row.runs)), *(cells[k] for k in keys), *(cells[k + "_mc"] for k in keys),
-                      mean_std([r["epochs"] for r in row.runs], 0), f"{statistics.mean(wall) / 60:.1f}"])
+                      mean_std([r["epochs"] for r in row.runs], 0), f"{statistics.mean(wall) / 60:.1f}",
+                      row.overrides or "–"])
     return lines
 
 
