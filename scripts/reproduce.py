@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Run experiment presets, several jobs side by side on one GPU, then report.
+"""Run experiment presets, spread over the GPUs of one machine, then report.
 
-    python scripts/reproduce.py --size medium --seeds 1 2 --parallel 6       # Table 1, medium rows
+    python scripts/reproduce.py --size medium --seeds 1 2                    # Table 1, medium rows
+    python scripts/reproduce.py --size large --seeds 1 2 --gpus 0 1 2 3      # large rows on 4 GPUs
     python scripts/reproduce.py --size large --rows variational variational_untied --deadline-min 9
     python scripts/reproduce.py --experiments imdb_lstm_variational imdb_gru_variational --root runs/imdb
 
@@ -12,12 +13,17 @@ script can be called again and again until every job is done: that is how a run 
 session (or one 10-minute command) completes. `--deadline-min` stops the jobs still running after that
 many minutes (their last completed epoch is safe in last.pt) and still writes the report of what is done.
 
-Why processes side by side: at batch 20 one job leaves the GPU mostly idle.
+Each job sees one GPU (CUDA_VISIBLE_DEVICES) from --gpus, the least busy one, with at most --parallel
+jobs on each. Why only two by default: a second job fills the gaps one job leaves (validation,
+checkpoints, Python between CUDA graphs), but beyond that processes on one GPU only take turns. Three
+large runs side by side on one H200 trained at the same total speed as one after another (README,
+"Scale out"), so more jobs per GPU would only make each finish later.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -38,7 +44,9 @@ def main() -> None:
     which.add_argument("--experiments", nargs="+", help="any presets of conf/experiment/")
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=ROWS, help="with --size: which rows")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1])
-    parser.add_argument("--parallel", type=int, default=6, help="jobs running at once")
+    parser.add_argument("--parallel", type=int, default=2, help="jobs running at once on each GPU")
+    parser.add_argument("--gpus", nargs="+", default=None,
+                        help="GPU indices to spread the jobs over (default: leave CUDA_VISIBLE_DEVICES as it is)")
     parser.add_argument("--root", type=Path, default=None, help="default: runs/ptb-<size> (runs/presets)")
     parser.add_argument("--report", type=Path, default=None, help="default: results/ptb/<size> (<root>/report)")
     parser.add_argument("--deadline-min", type=float, default=None, help="stop unfinished jobs after this long")
@@ -57,29 +65,36 @@ def main() -> None:
                if not (root / preset / f"seed{seed}" / "metrics.json").exists()]
     print(f"{len(pending)} job(s) to run in {root}", flush=True)
     deadline = time.monotonic() + 60 * args.deadline_min if args.deadline_min else None
-    running: list[tuple[subprocess.Popen, str]] = []
+    gpus = args.gpus or [None]  # None: the jobs inherit this process's CUDA_VISIBLE_DEVICES
+    running: list[tuple[subprocess.Popen, str, str | None]] = []
+
+    def least_busy() -> str | None:
+        return min(gpus, key=lambda gpu: sum(job[2] == gpu for job in running))
+
     while pending or running:
-        while pending and len(running) < args.parallel:
+        while pending and len(running) < args.parallel * len(gpus):
             preset, seed = pending.pop(0)
             folder = root / preset / f"seed{seed}"
             folder.mkdir(parents=True, exist_ok=True)
             command = [*vdrnn_command(), "train", f"experiment={preset}", f"seed={seed}",
                        f"hydra.run.dir={folder}", "trainer.progress=false", *args.overrides]
+            gpu = least_busy()
+            env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {})}
             log = open(folder / "stdout.log", "a")
-            running.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), str(folder)))
-            print(f"started {folder}", flush=True)
+            running.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), str(folder), gpu))
+            print(f"started {folder}" + (f" on GPU {gpu}" if gpu is not None else ""), flush=True)
         time.sleep(5)
         for job in list(running):
-            process, folder = job
+            process, folder, _ = job
             if process.poll() is not None:
                 running.remove(job)
                 print(f"{'finished' if process.returncode == 0 else f'FAILED ({process.returncode})'} {folder}",
                       flush=True)
         if deadline and time.monotonic() > deadline:
-            for process, folder in running:
+            for process, folder, _ in running:
                 process.terminate()
                 print(f"stopped at the deadline: {folder} (resumes from last.pt next time)", flush=True)
-            for process, _ in running:
+            for process, _, _ in running:
                 process.wait()
             break
     if any(root.rglob("metrics.json")):
