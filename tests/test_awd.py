@@ -91,10 +91,10 @@ def test_hidden_probability_applies_to_layers_above_the_first():
     assert DropoutConfig(scheme="variational", input=0.5).input_p(1) == 0.5
 
 
-def awd_cli(tmp_path, corpus, *extra):
+def awd_cli(tmp_path, corpus, *extra, experiment="awd_ptb", run="run"):
     tiny = [a for a in TINY if not a.startswith(("model=", "model.hidden_size", "data.bptt"))]
-    return run_cli("train", "experiment=awd_ptb", *tiny, "model.hidden_size=16", "model.embedding_size=8",
-                   "data.bptt=6", f"data.root={corpus}", "hydra.run.dir=run", *extra, cwd=tmp_path)
+    return run_cli("train", f"experiment={experiment}", *tiny, "model.hidden_size=16", "model.embedding_size=8",
+                   "data.bptt=6", f"data.root={corpus}", f"hydra.run.dir={run}", *extra, cwd=tmp_path)
 
 
 @pytest.mark.slow
@@ -110,3 +110,17 @@ def test_awd_preset_trains_with_nt_asgd_switch_and_variable_bptt(tmp_path, tiny_
     fixed = -(-((len(tiny_corpus.joinpath("ptb.train.txt").read_text().split()) + 400) // 4 - 1) // 6)
     assert records[0]["step"] != fixed
     assert math.isfinite(json.loads((tmp_path / "run" / "metrics.json").read_text())["test_ppl"])
+
+
+@pytest.mark.slow
+def test_fine_tuning_stage_starts_from_the_trained_weights_and_averages_from_its_first_step(tmp_path, tiny_corpus):
+    awd_cli(tmp_path, tiny_corpus, "trainer.epochs=3")
+    # With a vanishing lr the fine-tuning stage keeps the weights it starts from: it tests the first stage's model.
+    awd_cli(tmp_path, tiny_corpus, "trainer.epochs=1", "trainer.lr=1e-12", f"init_from={tmp_path / 'run' / 'best.pt'}",
+            experiment="awd_ptb_finetune", run="finetune")
+    stage1, stage2 = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("run", "finetune"))
+    assert stage2["test_ppl"] == pytest.approx(stage1["test_ppl"], rel=1e-4)
+    assert stage2["paper"]["row"] == "AWD-LSTM (fine-tuned)"
+    # Averaged SGD from its first step (the averaged weights are what it evaluates).
+    last = torch.load(tmp_path / "finetune" / "last.pt", weights_only=True)
+    assert last["averaging"] and "ax" in str(last["optimizer"]["state"][0].keys())
