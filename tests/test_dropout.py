@@ -8,7 +8,7 @@ import torch
 from vdrnn.dropout import DropoutConfig, LayerMasks, bernoulli_mask, make_dropout
 from vdrnn.errors import ConfigError
 from vdrnn.model import LanguageModel, ModelConfig
-from vdrnn.recurrent import GATES, LSTMLayer, input_projection
+from vdrnn.recurrent import GATES, LSTMLayer, masked_linear
 
 T, B, D, H, V = 7, 6, 5, 9, 13
 
@@ -68,13 +68,13 @@ def test_variational_tied_masks_fixed_over_time_per_sample_shared_by_gates():
     # Fixed over time: with an input that is the same at every step, the masked projection is too.
     x = torch.randn(1, B, D).expand(T, B, D)
     w, b = torch.randn(GATES * H, D), torch.randn(GATES * H)
-    proj = input_projection(x, w, b, masks.x, per_gate=False)
+    proj = masked_linear(x, w, b, masks.x, per_gate=False)
     assert torch.allclose(proj[0], proj[-1])
     # Shared by gates: a zeroed input feature contributes to no gate at all.
     sample, feature = (masks.x == 0).nonzero()[0].tolist()
     w_probe = torch.zeros(GATES * H, D)
     w_probe[:, feature] = 1.0
-    assert torch.all(input_projection(x, w_probe, torch.zeros(GATES * H), masks.x, False)[:, sample] == 0)
+    assert torch.all(masked_linear(x, w_probe, torch.zeros(GATES * H), masks.x, False)[:, sample] == 0)
 
 
 def test_variational_untied_masks_differ_per_gate():
@@ -85,7 +85,7 @@ def test_variational_untied_masks_differ_per_gate():
     # Gate k of the projection sees x * z_x^k: compare with a per-gate loop.
     x = torch.randn(T, B, D)
     w, b = torch.randn(GATES * H, D), torch.randn(GATES * H)
-    proj = input_projection(x, w, b, masks.x, per_gate=True)
+    proj = masked_linear(x, w, b, masks.x, per_gate=True)
     for k in range(GATES):
         expected = (x * masks.x[:, k]) @ w[k * H : (k + 1) * H].t() + b[k * H : (k + 1) * H]
         assert torch.allclose(proj[..., k * H : (k + 1) * H], expected, atol=1e-5)

@@ -8,7 +8,7 @@ arithmetic. This module does the same computation with as few launches as the ma
 
 What runs where (one layer, T steps, batch B, hidden H):
 
-1. Input half, once for all steps: ``masked_input_projection`` (one GEMM, x masks applied there).
+1. Input half, once for all steps: ``masked_linear`` (one GEMM, x masks applied there).
    x_t does not depend on h, so it never needs to be inside the loop.
 2. Forward, ONE Triton kernel per time step (``_fwd_step``). A program owns a block of hidden units
    j and all four gates of those units, so it has everything the LSTM cell needs for them:
@@ -69,7 +69,7 @@ import warnings
 import torch
 
 from vdrnn.dropout import LayerMasks
-from vdrnn.recurrent import GATES, lstm_reference, masked_input_projection
+from vdrnn.recurrent import GATES, lstm_reference, masked_linear
 
 _KERNELS = None  # (fwd_step, bwd_step) once built
 _WARNED = False
@@ -543,7 +543,7 @@ def lstm_fused(
             _WARNED = True
         return lstm_reference(x, state, params, masks)
     w_ih, w_hh, b_ih, b_hh = params
-    x_proj = masked_input_projection(x, w_ih, b_ih, masks).contiguous()
+    x_proj = masked_linear(x, w_ih, b_ih, masks.x, masks.per_gate).contiguous()
     h0, c0 = state
     zh = masks.h if masks.h is not None and (masks.h.dim() == 2 or masks.per_gate) else None
     if masks.h is not None and zh is None:

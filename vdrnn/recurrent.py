@@ -95,39 +95,22 @@ def lstm_with_weights(x: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor], pa
     return y, (h, c)
 
 
-def input_projection(x: torch.Tensor, w_ih: torch.Tensor, b_ih: torch.Tensor, mask: torch.Tensor | None,
-                     per_gate: bool) -> torch.Tensor:
-    """W_x (x_t * z_x) + b for all t at once: [T, B, 4H]. Masks fixed over time make this one GEMM."""
+def masked_linear(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor | None,
+                  per_gate: bool) -> torch.Tensor:
+    """W (v * z) + b for every gate of a cell at once: v [..., B, D] -> [..., B, G*H].
+
+    ``mask`` is None, broadcastable to v (one mask shared by all gates: [B, D] fixed over time or
+    [T, B, D] fresh per step), or with ``per_gate`` a [B, G, D] stack in which gate k (rows
+    k*H..(k+1)*H of W) sees v * z[:, k] (Gal's untied weights, eq. 5). G comes from the mask.
+    """
     if mask is None:
-        return F.linear(x, w_ih, b_ih)
+        return F.linear(v, weight, bias)
     if not per_gate:
-        return F.linear(x * mask.to(x.dtype), w_ih, b_ih)
-    # Untied: gate k sees x * z_x^k.  [T,B,1,D] * [B,G,D] -> [T,B,G,D], then a per-gate product.
-    steps, batch, _ = x.shape
-    masked = x.unsqueeze(2) * mask.to(x.dtype)
-    w = w_ih.view(GATES, -1, w_ih.shape[1])  # [G, H, D]
-    proj = torch.einsum("tbgd,ghd->tbgh", masked, w)
-    return proj.reshape(steps, batch, -1) + b_ih
-
-
-def masked_input_projection(x: torch.Tensor, w_ih: torch.Tensor, b_ih: torch.Tensor,
-                            masks: LayerMasks) -> torch.Tensor:
-    """The input half of every gate for all time steps, with the layer's x-mask, whatever its shape."""
-    if masks.x is not None and masks.x.dim() == 3 and not masks.per_gate:
-        return F.linear(x * masks.x.to(x.dtype), w_ih, b_ih)  # fresh-per-step mask [T, B, D]
-    return input_projection(x, w_ih, b_ih, masks.x, masks.per_gate)
-
-
-def recurrent_projection(h: torch.Tensor, w_hh: torch.Tensor, b_hh: torch.Tensor, mask: torch.Tensor | None,
-                         per_gate: bool) -> torch.Tensor:
-    """W_h (h_{t-1} * z_h) + b: [B, 4H]."""
-    if mask is None:
-        return F.linear(h, w_hh, b_hh)
-    if not per_gate:
-        return F.linear(h * mask.to(h.dtype), w_hh, b_hh)
-    w = w_hh.view(GATES, -1, w_hh.shape[1])  # [G, H, H]
-    proj = torch.einsum("bgj,ghj->bgh", h.unsqueeze(1) * mask.to(h.dtype), w)
-    return proj.reshape(h.shape[0], -1) + b_hh
+        return F.linear(v * mask.to(v.dtype), weight, bias)
+    gates = mask.shape[-2]
+    masked = v.unsqueeze(-2) * mask.to(v.dtype)  # [..., B, 1, D] * [B, G, D] -> [..., B, G, D]
+    proj = torch.einsum("...gd,ghd->...gh", masked, weight.view(gates, -1, weight.shape[1]))
+    return proj.flatten(-2) + bias
 
 
 def lstm_reference(
@@ -142,14 +125,12 @@ def lstm_reference(
     cell state are kept in fp32 (their sums over long sequences are where low precision hurts).
     """
     w_ih, w_hh, b_ih, b_hh = params
-    x_proj = masked_input_projection(x, w_ih, b_ih, masks)
+    x_proj = masked_linear(x, w_ih, b_ih, masks.x, masks.per_gate)
     h, c = state
     h, c = h.float(), c.float()
-    h_per_gate = masks.per_gate and masks.h is not None and masks.h.dim() == 3
     outputs = []
     for t in range(x.shape[0]):
-        gates = x_proj[t].float() + recurrent_projection(h.to(x_proj.dtype), w_hh, b_hh, masks.h,
-                                                         h_per_gate).float()
+        gates = x_proj[t].float() + masked_linear(h.to(x_proj.dtype), w_hh, b_hh, masks.h, masks.per_gate).float()
         i, f, g, o = gates.chunk(GATES, dim=1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         if masks.c is not None:
@@ -169,24 +150,6 @@ def lstm_reference(
 
 GRU_GATES = 3  # r, z, n, as torch.nn.GRU
 RNN_GATES = 1
-
-
-def masked_linear(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor | None,
-                  per_gate: bool) -> torch.Tensor:
-    """W (v * z) + b for every gate of a cell at once: v [..., B, D] -> [..., B, G*H].
-
-    ``mask`` is None, broadcastable to v (one mask shared by all gates: [B, D] fixed over time or
-    [T, B, D] fresh per step), or with ``per_gate`` a [B, G, D] stack in which gate k (rows
-    k*H..(k+1)*H of W) sees v * z[:, k] (Gal's untied weights, eq. 5). G comes from the mask.
-    """
-    if mask is None:
-        return F.linear(v, weight, bias)
-    if not per_gate:
-        return F.linear(v * mask.to(v.dtype), weight, bias)
-    gates = mask.shape[-2]
-    masked = v.unsqueeze(-2) * mask.to(v.dtype)  # [..., B, 1, D] * [B, G, D] -> [..., B, G, D]
-    proj = torch.einsum("...gd,ghd->...gh", masked, weight.view(gates, -1, weight.shape[1]))
-    return proj.flatten(-2) + bias
 
 
 def gru_reference(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...],
