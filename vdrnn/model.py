@@ -19,7 +19,7 @@ from torch import nn
 
 from vdrnn.dropout import DropoutScheme
 from vdrnn.errors import ConfigError
-from vdrnn.recurrent import GATES, IMPLS, LSTMLayer
+from vdrnn.recurrent import IMPLS, LSTMLayer
 
 State = list[tuple[torch.Tensor, torch.Tensor]]
 CELLS = ("lstm", "gru", "rnn")
@@ -131,7 +131,7 @@ class LanguageModel(nn.Module):
             x = self.dropout.drop_words(x, tokens, self.vocab_size)
         new_state = []
         for index, (layer, layer_state) in enumerate(zip(self.layers, state, strict=True)):
-            masks = self._masks(index, self.dropout.layer_masks, x, layer.hidden_size, GATES, index) \
+            masks = self._masks(index, self.dropout.layer_masks, x, layer.hidden_size, layer.gates, index) \
                 if stochastic else None
             x, layer_state = layer(x, layer_state, masks)
             new_state.append(layer_state)

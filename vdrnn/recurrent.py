@@ -34,6 +34,8 @@ IMPLS = ("auto", "fast", "reference")
 
 
 class LSTMLayer(nn.Module):
+    gates = GATES  # products per step, hence the size of a per-gate mask's gate axis
+
     def __init__(self, input_size: int, hidden_size: int, impl: str = "auto"):
         super().__init__()
         self.input_size = input_size
@@ -203,11 +205,12 @@ def rnn_reference(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor,
 class _SingleStateLayer(nn.Module):
     """A one-layer recurrence whose state is h alone: ``module``'s fused kernel, or ``reference`` when masked."""
 
-    def __init__(self, module: nn.RNNBase, reference, gates: int):
+    gates: int  # as LSTMLayer.gates
+
+    def __init__(self, module: nn.RNNBase, reference):
         super().__init__()
         self.module = module
         self.reference = reference
-        self.gates = gates
         self.input_size = module.input_size
         self.hidden_size = module.hidden_size
 
@@ -241,8 +244,10 @@ class GRULayer(_SingleStateLayer):
     is ``fast``, or ``auto`` on CUDA tensors, and the reference loop otherwise.
     """
 
+    gates = GRU_GATES
+
     def __init__(self, input_size: int, hidden_size: int, impl: str = "auto"):
-        super().__init__(nn.GRU(input_size, hidden_size, num_layers=1), gru_reference, GRU_GATES)
+        super().__init__(nn.GRU(input_size, hidden_size, num_layers=1), gru_reference)
         self.impl = impl
 
     def masked_loop(self, x: torch.Tensor):
@@ -256,6 +261,7 @@ class GRULayer(_SingleStateLayer):
 class RNNLayer(_SingleStateLayer):
     """One tanh-RNN layer (parameters of a one-layer ``torch.nn.RNN``); masks as in :func:`rnn_reference`."""
 
+    gates = RNN_GATES
+
     def __init__(self, input_size: int, hidden_size: int):
-        super().__init__(nn.RNN(input_size, hidden_size, num_layers=1, nonlinearity="tanh"), rnn_reference,
-                         RNN_GATES)
+        super().__init__(nn.RNN(input_size, hidden_size, num_layers=1, nonlinearity="tanh"), rnn_reference)

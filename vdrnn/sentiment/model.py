@@ -15,7 +15,7 @@ from torch import nn
 
 from vdrnn.dropout import DropoutScheme
 from vdrnn.model import initialize
-from vdrnn.recurrent import GATES, GRU_GATES, RNN_GATES, GRULayer, LSTMLayer, RNNLayer
+from vdrnn.recurrent import GRULayer, LSTMLayer, RNNLayer
 from vdrnn.sentiment.config import SentimentModelConfig
 
 
@@ -33,7 +33,6 @@ class SentimentModel(nn.Module):
         self.vocab_size = vocab_size
         self.config = config
         self.dropout = dropout
-        self.gates = {"lstm": GATES, "gru": GRU_GATES, "rnn": RNN_GATES}[config.cell]
         embedding = config.embedding_size or config.hidden_size
         self.embedding = nn.Embedding(vocab_size, embedding)
         sizes = [embedding] + [config.hidden_size] * config.num_layers
@@ -54,7 +53,7 @@ class SentimentModel(nn.Module):
             x = self.dropout.drop_words(x, tokens, self.vocab_size)
         batch = tokens.shape[1]
         for index, layer in enumerate(self.layers):
-            masks = self.dropout.layer_masks(x, layer.hidden_size, self.gates, index) if stochastic else None
+            masks = self.dropout.layer_masks(x, layer.hidden_size, layer.gates, index) if stochastic else None
             h0 = torch.zeros(batch, layer.hidden_size, device=x.device)
             x, _ = layer(x, (h0, h0) if isinstance(layer, LSTMLayer) else h0, masks)
         # The output at each review's last real step: [1, B, H].
