@@ -81,11 +81,6 @@ class SentimentRunConfig:
     resume: str | None = None
     checkpoint: str | None = None
 
-    @property
-    def smoke(self) -> bool:
-        """A capped run (a few steps or a data subset): its numbers are not results."""
-        return self.trainer.max_steps is not None or self.data.limit is not None
-
 
 def from_dict(raw: dict[str, Any]) -> SentimentRunConfig:
     """Validate a composed config of a sentiment run (a plain dict, e.g. from a checkpoint)."""
