@@ -95,3 +95,18 @@ def test_max_minutes_must_be_positive(tmp_path, tiny_corpus):
 
     with pytest.raises(ConfigError, match="max_minutes"):
         trainer(tmp_path, tiny_corpus, "trainer.max_minutes=0")
+
+
+def test_a_checkpoint_of_another_vocabulary_is_refused_to_start_from_and_to_resume(tmp_path, tiny_corpus):
+    from vdrnn import checkpoint
+    from vdrnn.errors import CheckpointError
+
+    state = trainer(tmp_path / "a", tiny_corpus).state()
+    state["vocab"] = ["<other>", *state["vocab"][1:]]
+    (tmp_path / "a").mkdir(exist_ok=True)
+    checkpoint.save(state, tmp_path / "a" / "last.pt")
+    with pytest.raises(CheckpointError, match="another vocabulary.*init_from needs"):
+        trainer(tmp_path / "b", tiny_corpus, f"init_from={tmp_path / 'a' / 'last.pt'}")
+    resumed = trainer(tmp_path / "a", tiny_corpus)
+    with pytest.raises(CheckpointError, match="another vocabulary.*resume with the same data"):
+        resumed.restore(tmp_path / "a" / "last.pt")

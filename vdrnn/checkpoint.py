@@ -55,3 +55,9 @@ def load_model_state(model: torch.nn.Module, payload: dict[str, Any], path: str 
             f"checkpoint {path} does not fit this model ({str(err).splitlines()[0]}); it was trained with "
             f"another model size or cell. Resume with the same model config, or use a new output dir"
         ) from err
+
+
+def check_vocab(payload: dict[str, Any], vocab: list[str], path: str | Path, fix: str) -> None:
+    """Refuse a checkpoint trained on another vocabulary (its embedding rows would stand for other words)."""
+    if payload["vocab"] != vocab:
+        raise CheckpointError(f"checkpoint {path} was trained on another vocabulary than the data found now; {fix}")

@@ -40,7 +40,7 @@ def _fail(err: VdrnnError) -> None:
 
 
 def task(data_name: str):
-    """The module that trains and evaluates on a dataset: each has `run(raw, run_dir)` and `evaluate(raw, path)`."""
+    """The module that trains and evaluates on a dataset: `run(raw, run_dir)` and `evaluate(raw, path, payload)`."""
     if data_name == "ptb":
         from vdrnn import train
 
@@ -72,8 +72,8 @@ def eval_command(cfg: DictConfig) -> None:
         if not raw.get("checkpoint"):
             raise VdrnnError("vdrnn eval needs checkpoint=PATH (a best.pt or last.pt of a run)")
         path = Path(raw["checkpoint"])
-        trained_on = checkpoint.load(path)["config"]["data"]["name"]
-        metrics = task(trained_on).evaluate(raw, path)
+        payload = checkpoint.load(path)  # read once: large models' checkpoints run to hundreds of MB
+        metrics = task(payload["config"]["data"]["name"]).evaluate(raw, path, payload)
     except VdrnnError as err:
         _fail(err)
     out = Path(HydraConfig.get().runtime.output_dir) / "eval.json"

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from vdrnn import checkpoint
 from vdrnn.config import TrainerConfig
-from vdrnn.errors import CheckpointError, ConfigError, TrainingDiverged
+from vdrnn.errors import ConfigError, TrainingDiverged
 from vdrnn.tracking import RunLogger, read_jsonl
 
 log = logging.getLogger("vdrnn")
@@ -257,9 +257,7 @@ class EpochTrainer:
 
     def restore(self, path: Path) -> None:
         payload = checkpoint.load(path)
-        if payload["vocab"] != self.vocab:
-            raise CheckpointError(f"checkpoint {path} was trained with another vocabulary (other data settings); "
-                                  f"resume with the same data.* settings, or use a new output dir")
+        checkpoint.check_vocab(payload, self.vocab, path, "resume with the same data.* settings, or use a new output dir")
         checkpoint.load_model_state(self.model, payload, path)
         self.load_extra_state(payload)  # may replace the optimizer (AWD) before its state is loaded
         self.optimizer.load_state_dict(payload["optimizer"])

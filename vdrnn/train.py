@@ -26,7 +26,6 @@ from vdrnn import checkpoint
 from vdrnn.config import RunConfig, from_dict
 from vdrnn.data import ptb
 from vdrnn.dropout import make_dropout
-from vdrnn.errors import ConfigError
 from vdrnn.evaluate import autocast, mc_perplexity, perplexity
 from vdrnn.graphed import GraphedTrainStep
 from vdrnn.model import LanguageModel, detach_state
@@ -67,8 +66,8 @@ class LanguageModelTrainer(EpochTrainer):
         model = build_model(self.cfg, len(self.vocab), self.device)
         if self.cfg.init_from:  # weights only: a new run (e.g. AWD's fine-tuning) starts from a trained model
             payload = checkpoint.load(self.cfg.init_from)
-            if payload["vocab"] != self.vocab:
-                raise ConfigError(f"init_from={self.cfg.init_from} was trained on another vocabulary")
+            checkpoint.check_vocab(payload, self.vocab, self.cfg.init_from,
+                                   "init_from needs a model trained on the same data and data.* settings")
             checkpoint.load_model_state(model, payload, self.cfg.init_from)
         return model
 
@@ -232,10 +231,10 @@ def run(raw: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     return LanguageModelTrainer(from_dict(raw), run_dir, raw).fit()
 
 
-def evaluate(raw: dict[str, Any], path: Path) -> dict[str, Any]:
-    """`vdrnn eval`: rebuild the checkpoint's model and evaluate it under the given eval, device and data root."""
+def evaluate(raw: dict[str, Any], path: Path, payload: dict[str, Any]) -> dict[str, Any]:
+    """`vdrnn eval`: rebuild the checkpoint's model (``payload``, read from ``path``) and evaluate it under the
+    given eval, device and data root."""
     cfg = from_dict(raw)
-    payload = checkpoint.load(path)
     trained = from_dict(payload["config"])
     device = resolve_device(cfg.device)
     # The model and data settings are the checkpoint's; evaluation, device and data location are ours.
@@ -243,8 +242,7 @@ def evaluate(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     run_cfg = dataclasses.replace(trained, data=data, eval=cfg.eval, seed=cfg.seed, device=cfg.device)
     torch.manual_seed(cfg.seed)
     corpus = load_corpus(run_cfg)
-    if corpus.vocab != payload["vocab"]:
-        raise ConfigError(f"checkpoint {path} was trained on another vocabulary than the corpus found now")
+    checkpoint.check_vocab(payload, corpus.vocab, path, "evaluate it on the data it was trained on (data.root)")
     model = build_model(run_cfg, len(corpus.vocab), device)
     checkpoint.load_model_state(model, payload, path)
     metrics = evaluate_all(model, corpus, run_cfg)

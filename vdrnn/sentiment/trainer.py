@@ -27,7 +27,6 @@ from tqdm import tqdm
 from vdrnn import checkpoint
 from vdrnn.config import EvalConfig, build
 from vdrnn.dropout import make_dropout
-from vdrnn.errors import ConfigError
 from vdrnn.evaluate import autocast
 from vdrnn.runner import EpochTrainer, resolve_device
 from vdrnn.sentiment.config import SentimentRunConfig, from_dict
@@ -137,13 +136,13 @@ def run(raw: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     return SentimentTrainer(from_dict(raw), run_dir, raw).fit()
 
 
-def evaluate(raw: dict[str, Any], path: Path) -> dict[str, Any]:
-    """`vdrnn eval`: rebuild the checkpoint's model and data; evaluation, device, seed and data.root are ours.
+def evaluate(raw: dict[str, Any], path: Path, payload: dict[str, Any]) -> dict[str, Any]:
+    """`vdrnn eval`: rebuild the checkpoint's model (``payload``, read from ``path``) and data; evaluation,
+    device, seed and data.root are ours.
 
     Only those keys are read from ``raw``: the rest of it is whatever the command line composed (the
     default dataset is PTB's), while the model and the data settings must be the checkpoint's.
     """
-    payload = checkpoint.load(path)
     trained = from_dict(payload["config"])
     data = dataclasses.replace(trained.data, root=raw["data"].get("root"))
     run_cfg = dataclasses.replace(trained, data=data, eval=build(EvalConfig, raw["eval"], "eval"),
@@ -151,8 +150,7 @@ def evaluate(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     device = resolve_device(run_cfg.device)
     torch.manual_seed(run_cfg.seed)
     task = load_task(run_cfg.data)
-    if task.vocab != payload["vocab"]:
-        raise ConfigError(f"checkpoint {path} was trained on another vocabulary than the data found now")
+    checkpoint.check_vocab(payload, task.vocab, path, "evaluate it on the data it was trained on (data.root)")
     model = build_model(run_cfg, task, device)
     checkpoint.load_model_state(model, payload, path)
     metrics = evaluate_all(model, task, run_cfg)
