@@ -33,6 +33,11 @@ def autocast(device: torch.device, amp: str):
     return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
 
 
+def exp_or_inf(loss: float) -> float:
+    """Perplexity from a mean NLL, saturating at inf instead of raising OverflowError."""
+    return math.exp(loss) if loss < 700 else math.inf
+
+
 @torch.no_grad()
 def perplexity(model: LanguageModel, stream: torch.Tensor, batch_size: int, bptt: int,
                amp: str = "off") -> float:
@@ -47,8 +52,7 @@ def perplexity(model: LanguageModel, stream: torch.Tensor, batch_size: int, bptt
             logits, state = model(inputs, state, stochastic=False)
         total += F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="sum").double()
         count += targets.numel()
-    mean_nll = total.item() / count
-    return math.exp(mean_nll) if mean_nll < 700 else math.inf
+    return exp_or_inf(total.item() / count)
 
 
 @torch.no_grad()

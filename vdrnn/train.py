@@ -26,18 +26,13 @@ from vdrnn import checkpoint
 from vdrnn.config import RunConfig, from_dict
 from vdrnn.data import ptb
 from vdrnn.dropout import make_dropout
-from vdrnn.evaluate import autocast, mc_perplexity, perplexity
+from vdrnn.evaluate import autocast, exp_or_inf, mc_perplexity, perplexity
 from vdrnn.graphed import GraphedTrainStep
 from vdrnn.model import LanguageModel, detach_state
 from vdrnn.runner import EpochTrainer, make_optimizer, resolve_device, swapped_weights
 from vdrnn.tracking import RunLogger
 
 log = logging.getLogger("vdrnn")
-
-
-def exp_or_inf(loss: float) -> float:
-    """Perplexity from a mean NLL, saturating at inf instead of raising OverflowError."""
-    return math.exp(loss) if loss < 700 else math.inf
 
 
 def build_model(cfg: RunConfig, vocab_size: int, device: torch.device) -> LanguageModel:
