@@ -64,6 +64,13 @@ def dropout_label(dropout: dict[str, Any]) -> str:
     return ", ".join(used) or "–"
 
 
+def scheme_name(config: dict[str, Any]) -> str:
+    """An ad-hoc run's name: its dropout scheme, e.g. ``variational (untied)``."""
+    scheme = config.get("dropout", {}).get("scheme", "?")
+    untied = config.get("cell", {}).get("gates") == "untied" and scheme == "variational"
+    return scheme + (" (untied)" if untied else "")
+
+
 def row_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
     """(row name, size, dropout probabilities): how the table names a run. Runs named alike are seeds of one
     row when their other settings agree too (``row_for``)."""
@@ -71,12 +78,7 @@ def row_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
     paper = metrics.get("paper")
     hidden = config.get("model", {}).get("hidden_size")
     size = paper["size"] if paper else SIZE_NAMES.get(hidden, f"{hidden} units")
-    dropout = config.get("dropout", {})
-    if paper:
-        return paper["row"], size, dropout_label(dropout)
-    gates = config.get("cell", {}).get("gates", "tied")
-    name = dropout.get("scheme", "?") + (" (untied)" if gates == "untied" and dropout.get("scheme") == "variational" else "")
-    return name, size, dropout_label(dropout)
+    return (paper["row"] if paper else scheme_name(config)), size, dropout_label(config.get("dropout", {}))
 
 
 # Config entries that never make two runs different experiments: which seed, where and how they ran.
@@ -278,12 +280,6 @@ class SentimentRow:
     @property
     def name(self) -> str:
         return f"{self.cell.upper()} · {self.scheme}" + (f" [{self.setting}]" if self.setting else "")
-
-
-def scheme_name(config: dict[str, Any]) -> str:
-    scheme = config.get("dropout", {}).get("scheme", "?")
-    untied = config.get("cell", {}).get("gates") == "untied" and scheme == "variational"
-    return scheme + (" (untied)" if untied else "")
 
 
 def collect_sentiment(folders: list[Path]) -> dict[str, list[SentimentRow]]:
