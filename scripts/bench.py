@@ -137,6 +137,11 @@ def bench_configs(args, best: dict) -> list[dict]:
                       f"({time.perf_counter() - started:.1f}s)", flush=True)
                 del model, optimizer, step
                 torch.cuda.empty_cache()
+    return with_ratios(rows)
+
+
+def with_ratios(rows: list[dict]) -> list[dict]:
+    """Each row's ``ratio``: its time over the cuDNN row of the same size and precision (nan if none)."""
     for row in rows:
         anchor = next((r["ms"] for r in rows if r["variant"] == "cudnn" and r["hidden"] == row["hidden"]
                        and r["amp"] == row["amp"]), float("nan"))
@@ -197,11 +202,7 @@ def gru_rows(hidden_sizes, amps, iters: int, warmup: int) -> list[dict]:
                                    iters=iters // 4 if variant.startswith("reference") else iters)
                 rows.append({"hidden": hidden, "amp": amp, "variant": variant, "ms": statistics.median(times)})
                 print(f"  GRU layer {hidden:5d} {amp:4s} {variant:18s} {rows[-1]['ms']:8.3f} ms", flush=True)
-    for row in rows:
-        anchor = next(r["ms"] for r in rows if r["variant"] == "cudnn" and r["hidden"] == row["hidden"]
-                      and r["amp"] == row["amp"])
-        row["ratio"] = row["ms"] / anchor
-    return rows
+    return with_ratios(rows)
 
 
 def gru_table(rows: list[dict]) -> str:
