@@ -1,4 +1,4 @@
-"""Shared fixtures: the real PTB (../shared/data/ptb, as CI has it) and a tiny synthetic corpus."""
+"""Shared fixtures: the real data (../shared/data, as CI has it) and a tiny synthetic corpus."""
 
 from __future__ import annotations
 
@@ -12,22 +12,20 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_PTB = REPO.parent / "shared" / "data" / "ptb"
 
 
-def real_ptb_dir() -> Path | None:
+def real_data(name: str, marker: str) -> Path:
+    """The folder ``name`` (ptb, imdb, scale_data) of the first data dir, $VDRNN_DATA_DIR or ../shared/data (as
+    CI has it), that holds ``name/marker``; the calling test is skipped when there is none."""
     for candidate in (os.environ.get("VDRNN_DATA_DIR"), str(REPO.parent / "shared" / "data")):
-        if candidate and (Path(candidate) / "ptb" / "ptb.train.txt").is_file():
-            return Path(candidate) / "ptb"
-    return None
+        if candidate and (Path(candidate) / name / marker).exists():
+            return Path(candidate) / name
+    pytest.skip(f"real {name} data not found (set VDRNN_DATA_DIR or put it in ../shared/data/{name})")
 
 
 @pytest.fixture(scope="session")
 def ptb_dir() -> Path:
-    folder = real_ptb_dir()
-    if folder is None:
-        pytest.skip("real PTB not found (set VDRNN_DATA_DIR or put it in ../shared/data/ptb)")
-    return folder
+    return real_data("ptb", "ptb.train.txt")
 
 
 @pytest.fixture(scope="session")

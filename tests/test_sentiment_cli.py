@@ -6,8 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import run_cli
-from sentiment_data import real_data_dir
+from conftest import real_data, run_cli
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vdrnn.data import imdb, scale
@@ -22,18 +21,12 @@ CLASSIFICATION = ("accuracy", "nll", "ece", "entropy")
 
 @pytest.fixture(scope="module")
 def imdb_dir():
-    folder = real_data_dir("imdb", "train.jsonl.gz")
-    if folder is None:
-        pytest.skip("real IMDB not found (set VDRNN_DATA_DIR or put it in ../shared/data/imdb)")
-    return folder
+    return real_data("imdb", "train.jsonl.gz")
 
 
 @pytest.fixture(scope="module")
 def scale_dir():
-    folder = real_data_dir("scale_data", "scaledata")
-    if folder is None:
-        pytest.skip("real scale data not found (set VDRNN_DATA_DIR or put it in ../shared/data/scale_data)")
-    return folder
+    return real_data("scale_data", "scaledata")
 
 
 def test_real_imdb_has_25k_balanced_reviews_per_split_and_scale_5006(imdb_dir, scale_dir):
