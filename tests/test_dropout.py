@@ -59,6 +59,34 @@ def test_moon_drops_cell_units_fixed_over_time_per_sample():
     assert torch.all(c[~dropped] != 0)
 
 
+def test_moon_cell_scale_c_puts_the_inverted_dropout_scale_on_the_cell_state():
+    torch.manual_seed(0)
+    masks = scheme("moon", cell=0.5, cell_scale="c").layer_masks(x_input(), H, GATES)
+    assert set(masks.c.unique().tolist()) == {0.0, 2.0} and masks.c_scale == 1.0
+    # One step from c_0 = 0 with the same weights: c_1 doubles where kept (the scale sits on c, not on h),
+    # and h_1 = o * tanh(c_1) carries no extra factor.
+    layer = LSTMLayer(D, H, impl="reference")
+    zero = (torch.zeros(B, H), torch.zeros(B, H))
+    x = x_input()[:1]
+    on_h = LayerMasks(c=(masks.c > 0).float(), c_scale=2.0)
+    y_h, (_, c_h) = layer(x, zero, on_h)
+    y_c, (_, c_c) = layer(x, zero, masks)
+    kept = masks.c > 0
+    torch.testing.assert_close(c_c[kept], 2 * c_h[kept])
+    o = y_h[0][kept] / 2 / torch.tanh(c_h[kept])  # h = 2 * o * tanh(c) under the default
+    torch.testing.assert_close(y_c[0][kept], o * torch.tanh(c_c[kept]))
+    assert torch.all(c_c[~kept] == 0) and torch.all(y_c[0][~kept] == 0)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"scheme": "moon", "cell": 0.5, "cell_scale": "output"}, "choose `h`"),
+    ({"scheme": "variational", "recurrent": 0.5, "cell_scale": "c"}, "only applies to `dropout=moon`"),
+])
+def test_cell_scale_is_checked(bad, message):
+    with pytest.raises(ConfigError, match=message):
+        DropoutConfig(**bad)
+
+
 # ---------------------------------------------------------------------------- Gal, tied and untied
 def test_variational_tied_masks_fixed_over_time_per_sample_shared_by_gates():
     torch.manual_seed(0)

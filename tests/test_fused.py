@@ -37,6 +37,9 @@ def make_masks(kind: str, steps: int, batch: int, inputs: int, hidden: int) -> L
     if kind == "moon":
         keep = torch.empty(batch, hidden, device=DEVICE).bernoulli_(0.6)
         return LayerMasks(c=keep, c_scale=1 / 0.6)
+    if kind == "moon_c":  # dropout.cell_scale=c: the 1/(1-p) on c_t, inside the recurrence
+        keep = torch.empty(batch, hidden, device=DEVICE).bernoulli_(0.6) / 0.6
+        return LayerMasks(c=keep, c_scale=1.0)
     raise ValueError(kind)
 
 
@@ -66,7 +69,7 @@ NAMES = ["y", "h_T", "c_T", "dx", "dh0", "dc0", "dw_ih", "dw_hh", "db_ih", "db_h
 
 @pytest.mark.parametrize("hidden", [8, 33])
 @pytest.mark.parametrize("kind", ["none", "tied", "tied_h_only", "fresh_x_tied_h", "untied", "untied_x_only",
-                                  "moon"])
+                                  "moon", "moon_c"])
 def test_fused_matches_reference(kind, hidden, block_plan):
     steps, batch, inputs = 5, 3, 7
     leaves = random_problem(steps, batch, inputs, hidden)

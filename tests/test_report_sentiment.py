@@ -55,18 +55,20 @@ def test_sentiment_rows_that_differ_in_dropout_stay_apart(tmp_path):
 
 def test_runs_that_differ_in_another_setting_are_rows_named_by_it(tmp_path):
     runs = tmp_path / "runs"
-    for seed in (1, 2):  # seeds of one experiment, whatever else they log (progress bar, device)
+    for seed in (1, 2):  # seeds of one experiment, whatever else they log (progress bar, time cap)
         fake_run(runs / f"long{seed}", "imdb", "lstm", "variational", "tied", seed, 0.86,
-                 trainer={"epochs": 40, "amp": "off", "progress": seed == 1})
+                 trainer={"epochs": 40, "amp": "off", "progress": seed == 1, "max_minutes": 19 if seed == 1 else None})
     fake_run(runs / "short", "imdb", "lstm", "variational", "tied", 1, 0.85, trainer={"epochs": 20, "amp": "off"})
     # An option that older runs did not have yet is not a difference.
     fake_run(runs / "old", "imdb", "gru", "variational", "tied", 1, 0.85, trainer={"epochs": 20})
     fake_run(runs / "new", "imdb", "gru", "variational", "tied", 2, 0.87, trainer={"epochs": 20, "max_minutes": None})
+    # A number given on the command line (clip=5) and the same number from a preset (clip: 5.0) are one setting.
+    fake_run(runs / "cli", "imdb", "gru", "variational", "tied", 3, 0.86, trainer={"epochs": 20.0})
     report.write_report([runs], tmp_path / "out")
     with open(tmp_path / "out" / "imdb_table.csv") as f:
         rows = [(r["row"], r["seeds"]) for r in csv.DictReader(f)]
     assert rows == [("LSTM · variational [trainer.epochs=20]", "1"), ("LSTM · variational [trainer.epochs=40]", "2"),
-                    ("GRU · variational", "2")]
+                    ("GRU · variational", "3")]
 
 
 def test_the_overrides_column_names_what_the_command_line_changed_beyond_the_preset(tmp_path):
@@ -81,3 +83,30 @@ def test_the_overrides_column_names_what_the_command_line_changed_beyond_the_pre
     with open(tmp_path / "out" / "imdb_table.csv") as f:
         rows = [(r["row"], r["overrides"]) for r in csv.DictReader(f)]
     assert rows == [("LSTM · variational", "trainer.epochs=40, data.max_length=400"), ("GRU · variational", "–")]
+
+
+def test_curve_labels_name_the_probabilities_and_the_setting_that_tell_lines_apart():
+    def row(dropout, setting=""):
+        return report.SentimentRow(cell="lstm", scheme="variational", dropout=dropout, setting=setting)
+
+    half, quarter, plain = row("in 0.5", "data.max_length=400"), row("in 0.25", "data.max_length=400"), \
+        report.SentimentRow(cell="lstm", scheme="none", dropout="–")
+    panel = [half, quarter, plain]
+    assert report.sentiment_line_label(half, panel) == "variational [in 0.5; data.max_length=400]"
+    assert report.sentiment_line_label(quarter, panel) == "variational [in 0.25; data.max_length=400]"
+    assert report.sentiment_line_label(plain, panel) == "none"
+
+
+def test_a_run_from_before_an_option_existed_counts_as_run_with_its_default(tmp_path):
+    runs = tmp_path / "runs"
+    moon = {"scheme": "moon", "cell": 0.5}
+    for name, dropout in (("old", moon), ("new", {**moon, "cell_scale": "h"}), ("c", {**moon, "cell_scale": "c"})):
+        fake_run(runs / name, "imdb", "lstm", "moon", "tied", 1, 0.85)
+        path = runs / name / "metrics.json"
+        metrics = json.loads(path.read_text())
+        metrics["config"]["dropout"] = dropout  # "old" logged no cell_scale: it ran with the default, h
+        path.write_text(json.dumps(metrics))
+    report.write_report([runs], tmp_path / "out")
+    with open(tmp_path / "out" / "imdb_table.csv") as f:
+        rows = [(r["row"], r["seeds"]) for r in csv.DictReader(f)]
+    assert sorted(rows) == [("LSTM · moon [dropout.cell_scale=c]", "1"), ("LSTM · moon [dropout.cell_scale=h]", "2")]

@@ -36,6 +36,7 @@ from vdrnn.errors import ConfigError
 
 SCHEMES = ("none", "zaremba", "moon", "variational", "awd")
 GRANULARITIES = ("sample", "batch")
+CELL_SCALES = ("h", "c")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class DropoutConfig:
     per ``sample`` (Gal) or once per ``batch`` and shared by its sequences (AWD's reference code
     for word types). ``per_gate`` gives every gate its own masks (Gal's untied-weights variant, eq. 5);
     only the variational scheme has per-gate masks, for the others tied and untied cells are identical.
+    ``cell_scale`` says where Moon's 1/(1-p) goes (see :class:`MoonDropout`).
     """
 
     scheme: str = "none"
@@ -63,6 +65,7 @@ class DropoutConfig:
     weight: float = 0.0
     embedding_mask: str = "sample"
     locked_mask: str = "sample"
+    cell_scale: str = "h"
     per_gate: bool = False
 
     # Sites each scheme drives; a non-zero probability anywhere else is a configuration error,
@@ -85,6 +88,11 @@ class DropoutConfig:
         for key in ("embedding_mask", "locked_mask"):
             if getattr(self, key) not in GRANULARITIES:
                 raise ConfigError(f"dropout.{key}={getattr(self, key)!r}; choose `sample` or `batch`")
+        if self.cell_scale not in CELL_SCALES:
+            raise ConfigError(f"dropout.cell_scale={self.cell_scale!r}; choose `h` (vdrnn's Moon) or `c`")
+        if self.cell_scale != "h" and self.scheme != "moon":
+            raise ConfigError(f"dropout.cell_scale={self.cell_scale} only applies to `dropout=moon` (it places "
+                              f"Moon's 1/(1-p)); drop the override or pick the Moon scheme")
         for site in self.SITES:
             p = getattr(self, site)
             if site == "hidden" and p is None:  # unset: layers 2..L use dropout.input
@@ -122,8 +130,9 @@ class LayerMasks:
     ``x``: applied to the layer input. Shape [T, B, D] (fresh per step), [B, D] (fixed over time),
       or [B, G, D] with ``per_gate`` (one mask per gate, fixed over time).
     ``h``: applied to h_{t-1} before the recurrent product. [B, H] or [B, G, H] with ``per_gate``.
-    ``c``: Moon's cell mask, [B, H], values in {0, 1}; see :class:`MoonDropout` for its scaling.
-    ``c_scale``: 1/(1-p_cell), applied to h_t so that E[h_t] is preserved.
+    ``c``: Moon's cell mask, [B, H], values in {0, 1} ({0, 1/(1-p)} with ``cell_scale=c``); see
+      :class:`MoonDropout` for its scaling.
+    ``c_scale``: applied to h_t: 1/(1-p_cell) so that E[h_t] is preserved (1 with ``cell_scale=c``).
     ``w_hh``: AWD's weight-drop mask [G*H, H] on the recurrent weight, one for the whole minibatch.
       It leaves the recurrence a plain LSTM (with other weights), so cuDNN still runs it.
     """
@@ -216,6 +225,16 @@ class MoonDropout(DropoutScheme):
     h_t); scaling the kept units' h_t by 1/(1-p) preserves E[h_t], the quantity the next layer and the
     recurrence see, and evaluation with m = 1 and no scale is then the weight-scaling approximation.
 
+    ``dropout.cell_scale=c`` instead puts the 1/(1-p) on c_t, c_t = (m/(1-p)) * (f*c_{t-1} + i*g) and
+    h_t = o * tanh(c_t), which is what a stock inverted-dropout module applied to the cell state does.
+    Because the mask is fixed over time, a kept cell is multiplied by 1/(1-p) at *every* step: once the
+    forget gate passes (1-p) the cell state grows geometrically, across minibatches too (the state is
+    carried). It is here as the obvious alternative reading of Moon, to test against the paper's weak Moon
+    rows (Table 1: 97.0 medium, 118.7 large, vdrnn ~81 with the default ``h``). Measured: the medium
+    preset with ``cell_scale=c`` reaches a NaN loss within 20 steps (CPU, `vdrnn train
+    experiment=medium_moon dropout.cell_scale=c trainer.max_steps=60`), so it is not how the paper's
+    row was trained either.
+
     ``dropout.embedding`` adds Gal's word-type embedding dropout ("Moon et al. + emb dropout" row).
     """
 
@@ -227,6 +246,8 @@ class MoonDropout(DropoutScheme):
         if p == 0:
             return LayerMasks()
         keep = torch.empty((x.shape[1], hidden_size), device=x.device).bernoulli_(1.0 - p)
+        if self.config.cell_scale == "c":  # the layers compute c_t *= mask, then h_t *= c_scale
+            return LayerMasks(c=keep.div_(1.0 - p), c_scale=1.0)
         return LayerMasks(c=keep, c_scale=1.0 / (1.0 - p))
 
 

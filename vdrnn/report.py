@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import math
 import statistics
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +83,10 @@ def row_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
     return (paper["row"] if paper else scheme_name(config)), size, dropout_label(config.get("dropout", {}))
 
 
-# Config entries that never make two runs different experiments: which seed, where and how they ran.
+# Config entries that never make two runs different experiments: which seed, where and how they ran. A wall-clock
+# cap (trainer.max_minutes) is one too: where it stopped a run shows in the epochs it trained and the overrides column.
 NOT_SETTINGS = ("seed", "device", "resume", "checkpoint", "init_from", "paper", "data.root", "trainer.progress",
-                "trainer.log_every")
+                "trainer.log_every", "trainer.max_minutes")
 
 
 def settings(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -96,9 +99,25 @@ def settings(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
             continue
         if isinstance(value, dict):
             out.update(settings(value, name + "."))
+        elif isinstance(value, float) and value.is_integer():
+            # `trainer.clip=5` on the command line logs 5 where the preset's 5.0 logs 5.0: one setting.
+            out[name] = json.dumps(int(value))
         else:
             out[name] = json.dumps(value)
     return out
+
+
+@functools.cache
+def base_settings() -> dict[str, str]:
+    """The defaults of conf/config.yaml, flattened. A run that predates an option ran with its default, so
+    its settings are filled in from here (an old Moon run is a ``dropout.cell_scale=h`` run)."""
+    base = OmegaConf.to_container(OmegaConf.load(files("vdrnn.conf") / "config.yaml"))
+    return settings({k: v for k, v in base.items() if k not in ("defaults", "hydra")})
+
+
+def run_settings(config: dict[str, Any]) -> dict[str, str]:
+    """A run's settings, with those it did not log (options added to vdrnn since) at their defaults."""
+    return {**base_settings(), **settings(config)}
 
 
 def same_experiment(a: dict[str, str], b: dict[str, str]) -> bool:
@@ -108,9 +127,9 @@ def same_experiment(a: dict[str, str], b: dict[str, str]) -> bool:
 
 def row_for(rows: dict[Any, list], key, config: dict[str, Any], new):
     """The row under ``key`` whose runs are the same experiment as ``config``, or ``new()`` added there."""
-    mine = settings(config)
+    mine = run_settings(config)
     for row in rows.setdefault(key, []):
-        if same_experiment(settings(row.runs[0].get("config") or {}), mine):
+        if same_experiment(run_settings(row.runs[0].get("config") or {}), mine):
             return row
     rows[key].append(new())
     return rows[key][-1]
@@ -123,7 +142,7 @@ def distinguish(rows, same) -> None:
     for row in rows:
         groups.setdefault(same(row), []).append(row)
     for group in (g for g in groups.values() if len(g) > 1):
-        every = [settings(row.runs[0].get("config") or {}) for row in group]
+        every = [run_settings(row.runs[0].get("config") or {}) for row in group]
         # Keys that only some runs have are options added to vdrnn in between, not differences.
         shared = set.intersection(*(set(s) for s in every))
         differ = sorted(k for k in shared if len({s[k] for s in every}) > 1)
@@ -248,9 +267,9 @@ def plot(rows: list[Row], path: Path) -> None:
             ax.set_ylim(min(finite) * 0.95, min(max(finite), min(finite) * 2.0))
         ax.set(title=f"PTB {size}: validation perplexity", xlabel="epoch", ylabel="perplexity")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13))
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -335,6 +354,13 @@ def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
     return lines
 
 
+def sentiment_line_label(row: SentimentRow, panel: list[SentimentRow]) -> str:
+    """The scheme, with its probabilities where the panel holds the scheme at several, and the row's setting."""
+    dropouts = {r.dropout for r in panel if r.scheme == row.scheme}
+    parts = ([row.dropout] if len(dropouts) > 1 else []) + ([row.setting] if row.setting else [])
+    return row.scheme + (f" [{'; '.join(parts)}]" if parts else "")
+
+
 def plot_sentiment(dataset: str, rows: list[SentimentRow], path: Path) -> None:
     """Test error per epoch (mean over seeds, over the epochs all seeds reached): a panel per cell, a line per scheme."""
     import matplotlib
@@ -343,17 +369,18 @@ def plot_sentiment(dataset: str, rows: list[SentimentRow], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     cells = list(dict.fromkeys(r.cell for r in rows if r.curves)) or ["lstm"]
-    fig, axes = plt.subplots(1, len(cells), figsize=(6.5 * len(cells), 4.5), squeeze=False)
+    lines = max(sum(1 for r in rows if r.cell == cell and r.curves) for cell in cells) if rows else 1
+    # The legend goes under each panel (the labels are long), so the figure grows with the lines it lists.
+    fig, axes = plt.subplots(1, len(cells), figsize=(6.5 * len(cells), 4.5 + 0.2 * lines), squeeze=False)
     for ax, cell in zip(axes[0], cells, strict=True):
         panel = [r for r in rows if r.cell == cell and r.curves]
         for row in panel:
-            scheme = row.scheme + (f" [{row.setting}]" if row.setting else "")
-            plot_mean_curve(ax, row.curves, line_label(scheme, row.dropout, [r.scheme for r in panel]))
+            plot_mean_curve(ax, row.curves, sentiment_line_label(row, panel))
         ax.set(title=f"{dataset}, {cell.upper()}: test error per epoch", xlabel="epoch", ylabel=CURVES[dataset][1])
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13))
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
