@@ -86,11 +86,12 @@ def test_the_overrides_column_names_what_the_command_line_changed_beyond_the_pre
 
 
 def test_curve_labels_name_the_probabilities_and_the_setting_that_tell_lines_apart():
-    def row(dropout, setting=""):
-        return report.SentimentRow(cell="lstm", scheme="variational", dropout=dropout, setting=setting)
+    def row(scheme, dropout, setting=""):
+        return report.SentimentRow(cell="lstm", scheme=scheme, dropout=dropout, setting=setting)
 
-    half, quarter, plain = row("in 0.5", "data.max_length=400"), row("in 0.25", "data.max_length=400"), \
-        report.SentimentRow(cell="lstm", scheme="none", dropout="–")
+    half = row("variational", "in 0.5", "data.max_length=400")
+    quarter = row("variational", "in 0.25", "data.max_length=400")
+    plain = row("none", "–")
     panel = [half, quarter, plain]
     assert report.sentiment_line_label(half, panel) == "variational [in 0.5; data.max_length=400]"
     assert report.sentiment_line_label(quarter, panel) == "variational [in 0.25; data.max_length=400]"
