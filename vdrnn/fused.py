@@ -72,7 +72,7 @@ from vdrnn.dropout import LayerMasks
 from vdrnn.recurrent import GATES, lstm_reference, masked_linear
 
 _KERNELS = None  # (fwd_step, bwd_step) once built
-_WARNED = False
+_WARNED: set[str] = set()  # modules that have said they fall back to the reference loop
 _SM_COUNT: dict[int, int] = {}
 
 # Block shapes, overridable through the environment for tuning without editing the code.
@@ -100,6 +100,17 @@ def available(device: torch.device) -> bool:
     except ImportError:
         return False
     return True
+
+
+def kernels_or_fallback(device: torch.device, module: str) -> bool:
+    """True where the Triton kernels can run; otherwise ``module`` warns, once, that its reference loop runs."""
+    if available(device):
+        return True
+    if module not in _WARNED:
+        warnings.warn(f"{module}: Triton kernels need CUDA (or TRITON_INTERPRET=1); running the reference loop "
+                      "instead", stacklevel=3)  # points at the caller of lstm_fused / gru_fused
+        _WARNED.add(module)
+    return False
 
 
 def _build_kernels():
@@ -535,12 +546,7 @@ def lstm_fused(
     masks: LayerMasks,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Drop-in for :func:`vdrnn.recurrent.lstm_reference`: same arguments, same results."""
-    global _WARNED
-    if not available(x.device):
-        if not _WARNED:
-            warnings.warn("vdrnn.fused: Triton kernels need CUDA (or TRITON_INTERPRET=1); running the "
-                          "reference loop instead", stacklevel=2)
-            _WARNED = True
+    if not kernels_or_fallback(x.device, "vdrnn.fused"):
         return lstm_reference(x, state, params, masks)
     w_ih, w_hh, b_ih, b_hh = params
     x_proj = masked_linear(x, w_ih, b_ih, masks.x, masks.per_gate).contiguous()

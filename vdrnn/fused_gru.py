@@ -28,17 +28,14 @@ On a CPU without TRITON_INTERPRET=1 (or without Triton) ``gru_fused`` runs the r
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 from vdrnn import fused
 from vdrnn.dropout import LayerMasks
-from vdrnn.fused import _dummy, _mask_args, _op_dtype, _pack_weight, _Plan, _precision, available
+from vdrnn.fused import _dummy, _mask_args, _op_dtype, _pack_weight, _Plan, _precision, kernels_or_fallback
 from vdrnn.recurrent import GRU_GATES, gru_reference, masked_linear
 
 _KERNELS = None  # (fwd_step, bwd_step) once built
-_WARNED = False
 SAVED = 4  # per unit and step the backward needs r, z, n and a_n (n's recurrent product)
 
 
@@ -350,12 +347,7 @@ class _FusedGRU(torch.autograd.Function):
 def gru_fused(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...],
               masks: LayerMasks) -> tuple[torch.Tensor, torch.Tensor]:
     """Drop-in for :func:`vdrnn.recurrent.gru_reference`: same arguments, same results."""
-    global _WARNED
-    if not available(x.device):
-        if not _WARNED:
-            warnings.warn("vdrnn.fused_gru: Triton kernels need CUDA (or TRITON_INTERPRET=1); running the "
-                          "reference loop instead", stacklevel=2)
-            _WARNED = True
+    if not kernels_or_fallback(x.device, "vdrnn.fused_gru"):
         return gru_reference(x, h0, params, masks)
     w_ih, w_hh, b_ih, b_hh = params
     x_proj = masked_linear(x, w_ih, b_ih, masks.x, masks.per_gate).contiguous()
