@@ -86,16 +86,15 @@ def test_the_overrides_column_names_what_the_command_line_changed_beyond_the_pre
 
 
 def test_curve_labels_name_the_probabilities_and_the_setting_that_tell_lines_apart():
-    def row(scheme, dropout, setting=""):
-        return report.SentimentRow(cell="lstm", scheme=scheme, dropout=dropout, setting=setting)
-
-    half = row("variational", "in 0.5", "data.max_length=400")
-    quarter = row("variational", "in 0.25", "data.max_length=400")
-    plain = row("none", "–")
-    panel = [half, quarter, plain]
-    assert report.sentiment_line_label(half, panel) == "variational [in 0.5; data.max_length=400]"
-    assert report.sentiment_line_label(quarter, panel) == "variational [in 0.25; data.max_length=400]"
-    assert report.sentiment_line_label(plain, panel) == "none"
+    grid = {"in 0.5", "in 0.25"}  # the probabilities the panel holds the scheme at
+    assert report.line_label("variational", "in 0.5", "data.max_length=400", grid) == \
+        "variational [in 0.5; data.max_length=400]"
+    assert report.line_label("variational", "in 0.25", "data.max_length=400", grid) == \
+        "variational [in 0.25; data.max_length=400]"
+    assert report.line_label("variational", "in 0.25", "", grid) == "variational [in 0.25]"
+    assert report.line_label("variational", "in 0.5", "trainer.epochs=40", {"in 0.5"}) == \
+        "variational [trainer.epochs=40]"
+    assert report.line_label("none", "–", "", {"–"}) == "none"
 
 
 def test_a_run_from_before_an_option_existed_counts_as_run_with_its_default(tmp_path):

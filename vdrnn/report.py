@@ -236,9 +236,11 @@ def markdown(lines: list[list[str]], columns: list[str] = COLUMNS) -> str:
     return "\n".join(out) + "\n"
 
 
-def line_label(name: str, dropout: str, names: list[str]) -> str:
-    """The row's name, with its probabilities where several lines of a panel share that name (a grid)."""
-    return f"{name} [{dropout}]" if names.count(name) > 1 else name
+def line_label(name: str, dropout: str, setting: str, dropouts_of_name: set[str]) -> str:
+    """A curve's legend: the row's name, its probabilities where the panel holds that name at several (a grid),
+    and its setting (see distinguish)."""
+    parts = ([dropout] if len(dropouts_of_name) > 1 else []) + ([setting] if setting else [])
+    return name + (f" [{'; '.join(parts)}]" if parts else "")
 
 
 def plot_mean_curve(ax, curves: list[list[float]], name: str) -> None:
@@ -261,7 +263,8 @@ def plot(rows: list[Row], path: Path) -> None:
     for ax, size in zip(axes[0], sizes, strict=False):
         panel = [r for r in rows if r.size == size and r.curves]
         for row in panel:
-            plot_mean_curve(ax, row.curves, line_label(row.label, row.dropout, [r.label for r in panel]))
+            plot_mean_curve(ax, row.curves, line_label(row.name, row.dropout, row.setting,
+                                                       {r.dropout for r in panel if r.name == row.name}))
         finite = [v for line in ax.get_lines() for v in line.get_ydata() if math.isfinite(v)]
         if finite:
             ax.set_ylim(min(finite) * 0.95, min(max(finite), min(finite) * 2.0))
@@ -354,13 +357,6 @@ def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
     return lines
 
 
-def sentiment_line_label(row: SentimentRow, panel: list[SentimentRow]) -> str:
-    """The scheme, with its probabilities where the panel holds the scheme at several, and the row's setting."""
-    dropouts = {r.dropout for r in panel if r.scheme == row.scheme}
-    parts = ([row.dropout] if len(dropouts) > 1 else []) + ([row.setting] if row.setting else [])
-    return row.scheme + (f" [{'; '.join(parts)}]" if parts else "")
-
-
 def plot_sentiment(dataset: str, rows: list[SentimentRow], path: Path) -> None:
     """Test error per epoch (mean over seeds, over the epochs all seeds reached): a panel per cell, a line per scheme."""
     import matplotlib
@@ -375,7 +371,8 @@ def plot_sentiment(dataset: str, rows: list[SentimentRow], path: Path) -> None:
     for ax, cell in zip(axes[0], cells, strict=True):
         panel = [r for r in rows if r.cell == cell and r.curves]
         for row in panel:
-            plot_mean_curve(ax, row.curves, sentiment_line_label(row, panel))
+            plot_mean_curve(ax, row.curves, line_label(row.scheme, row.dropout, row.setting,
+                                                       {r.dropout for r in panel if r.scheme == row.scheme}))
         ax.set(title=f"{dataset}, {cell.upper()}: test error per epoch", xlabel="epoch", ylabel=CURVES[dataset][1])
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13))
