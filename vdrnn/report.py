@@ -250,18 +250,38 @@ def plot_mean_curve(ax, curves: list[list[float]], name: str) -> None:
     ax.plot(range(1, epochs + 1), mean, marker="." if epochs < 30 else None, label=f"{name} (n={len(curves)})")
 
 
-def plot(rows: list[Row], path: Path) -> None:
-    """Validation perplexity per epoch, one line per row (mean over seeds, over the epochs all seeds reached)."""
+def curve_figure(panels: int, lines: int):
+    """(figure, axes[0]) for a row of ``panels`` curve plots. Each legend goes under its panel (the labels are
+    long), so the figure is taller by the ``lines`` of the longest legend and the axes keep their height."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.5 + 0.2 * lines), squeeze=False)
+    return fig, axes[0]
+
+
+def save_curves(fig, axes, path: Path) -> None:
+    """Grid and legend on every panel, then the PNG."""
+    import matplotlib.pyplot as plt
+
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        if ax.get_lines():  # a panel with no runs has nothing to name
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot(rows: list[Row], path: Path) -> None:
+    """Validation perplexity per epoch, one line per row (mean over seeds, over the epochs all seeds reached)."""
     sizes = sorted({r.size for r in rows if r.curves}, key=lambda s: ["small", "medium", "large"].index(s)
                    if s in ("small", "medium", "large") else 3)
-    fig, axes = plt.subplots(1, max(1, len(sizes)), figsize=(6.5 * max(1, len(sizes)), 4.5), squeeze=False)
-    for ax, size in zip(axes[0], sizes, strict=False):
-        panel = [r for r in rows if r.size == size and r.curves]
+    panels = [[r for r in rows if r.size == size and r.curves] for size in sizes]
+    fig, axes = curve_figure(max(1, len(sizes)), max(map(len, panels), default=1))
+    for ax, size, panel in zip(axes, sizes, panels, strict=False):
         for row in panel:
             plot_mean_curve(ax, row.curves, line_label(row.name, row.dropout, row.setting,
                                                        {r.dropout for r in panel if r.name == row.name}))
@@ -269,11 +289,7 @@ def plot(rows: list[Row], path: Path) -> None:
         if finite:
             ax.set_ylim(min(finite) * 0.95, min(max(finite), min(finite) * 2.0))
         ax.set(title=f"PTB {size}: validation perplexity", xlabel="epoch", ylabel="perplexity")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13))
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    save_curves(fig, axes, path)
 
 
 # ----------------------------------------------------------------------------- sentiment runs
@@ -359,26 +375,15 @@ def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
 
 def plot_sentiment(dataset: str, rows: list[SentimentRow], path: Path) -> None:
     """Test error per epoch (mean over seeds, over the epochs all seeds reached): a panel per cell, a line per scheme."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     cells = list(dict.fromkeys(r.cell for r in rows if r.curves)) or ["lstm"]
-    lines = max(sum(1 for r in rows if r.cell == cell and r.curves) for cell in cells) if rows else 1
-    # The legend goes under each panel (the labels are long), so the figure grows with the lines it lists.
-    fig, axes = plt.subplots(1, len(cells), figsize=(6.5 * len(cells), 4.5 + 0.2 * lines), squeeze=False)
-    for ax, cell in zip(axes[0], cells, strict=True):
-        panel = [r for r in rows if r.cell == cell and r.curves]
+    panels = [[r for r in rows if r.cell == cell and r.curves] for cell in cells]
+    fig, axes = curve_figure(len(cells), max(map(len, panels)))
+    for ax, cell, panel in zip(axes, cells, panels, strict=True):
         for row in panel:
             plot_mean_curve(ax, row.curves, line_label(row.scheme, row.dropout, row.setting,
                                                        {r.dropout for r in panel if r.scheme == row.scheme}))
         ax.set(title=f"{dataset}, {cell.upper()}: test error per epoch", xlabel="epoch", ylabel=CURVES[dataset][1])
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13))
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    save_curves(fig, axes, path)
 
 
 def write_table(lines: list[list[str]], columns: list[str], stem: Path) -> str:
