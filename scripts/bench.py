@@ -258,6 +258,18 @@ def check(hidden_sizes) -> list[dict]:
     return results
 
 
+def layer_problem(hidden: int, requires_grad: bool = True, device: str = "cuda"):
+    """One fused LSTM layer at the benchmark's shape (T 35, B 20, H inputs and units): x, (h0, c0), the
+    weights (U(+-0.05), zero biases) and a tied recurrent mask, p 0.3. --sweep, --diag and --ncu-target time it."""
+    x = torch.randn(BPTT, BATCH, hidden, device=device, requires_grad=requires_grad)
+    params = (torch.empty(4 * hidden, hidden, device=device).uniform_(-0.05, 0.05),
+              torch.empty(4 * hidden, hidden, device=device).uniform_(-0.05, 0.05),
+              torch.zeros(4 * hidden, device=device), torch.zeros(4 * hidden, device=device))
+    state = (torch.randn(BATCH, hidden, device=device), torch.randn(BATCH, hidden, device=device))
+    masks = LayerMasks(h=bernoulli_mask((BATCH, hidden), 0.3, x))
+    return x, state, tuple(t.requires_grad_(requires_grad) for t in params), masks
+
+
 # ------------------------------------------------------------------------------------- --sweep
 # (BLOCK_H, BLOCK_K, num_warps, num_stages, PROGRAMS_PER_SM)
 SWEEP = [(16, 64, 4, 3, 3), (16, 64, 4, 3, 2), (16, 64, 4, 3, 4), (16, 64, 4, 3, 6), (16, 32, 4, 3, 3),
@@ -274,11 +286,7 @@ def sweep(hidden_sizes, amps) -> list[dict]:
     default = tuple(getattr(fused, k) for k in KNOBS)
     for hidden in hidden_sizes:
         for amp in amps:
-            x = torch.randn(BPTT, BATCH, hidden, device="cuda", requires_grad=True)
-            params = [torch.empty(4 * hidden, hidden, device="cuda").uniform_(-0.05, 0.05).requires_grad_()
-                      for _ in range(2)] + [torch.zeros(4 * hidden, device="cuda", requires_grad=True) for _ in range(2)]
-            state = (torch.randn(BATCH, hidden, device="cuda"), torch.randn(BATCH, hidden, device="cuda"))
-            masks = LayerMasks(h=bernoulli_mask((BATCH, hidden), 0.3, x))
+            x, state, params, masks = layer_problem(hidden)
             grad_y = torch.randn(BPTT, BATCH, hidden, device="cuda")
             for cfg in SWEEP:
                 for knob, value in zip(KNOBS, cfg, strict=True):
@@ -286,7 +294,7 @@ def sweep(hidden_sizes, amps) -> list[dict]:
 
                 def fwd_bwd(x=x, state=state, params=params, masks=masks, grad_y=grad_y, amp=amp):
                     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp == "bf16"):
-                        y, _ = fused.lstm_fused(x, state, tuple(params), masks)
+                        y, _ = fused.lstm_fused(x, state, params, masks)
                     y.backward(grad_y)
                 try:
                     ms = graph_ms(fwd_bwd, replays=30)
@@ -384,12 +392,7 @@ def diag(hidden_sizes) -> list[str]:
             out = torch.empty(BATCH, 4 * hidden, device="cuda", dtype=dtype)
             ms = graph_ms(lambda h=h, w=w, out=out: [torch.mm(h, w.t(), out=out) for _ in range(BPTT)])
             lines.append(f"diag H={hidden}: cuBLAS [B,H]x[H,4H] {str(dtype)[6:]}: {ms / BPTT * 1e3:.1f} us/step")
-        x = torch.randn(BPTT, BATCH, hidden, device="cuda")
-        params = (torch.empty(4 * hidden, hidden, device="cuda").uniform_(-0.05, 0.05),
-                  torch.empty(4 * hidden, hidden, device="cuda").uniform_(-0.05, 0.05),
-                  torch.zeros(4 * hidden, device="cuda"), torch.zeros(4 * hidden, device="cuda"))
-        state = (torch.randn(BATCH, hidden, device="cuda"), torch.randn(BATCH, hidden, device="cuda"))
-        masks = LayerMasks(h=bernoulli_mask((BATCH, hidden), 0.3, x))
+        x, state, params, masks = layer_problem(hidden, requires_grad=False)
         tiles = triton.cdiv(hidden, fused.BLOCK_K)
         for split in sorted({1, 2, 4, 8, tiles}):
             fused.FORCE_SPLIT = (split, 1)
@@ -406,13 +409,9 @@ def ncu_target(hidden: int) -> None:
     """A few eager forward+backward passes of one fused layer, for `ncu` to sample."""
     import vdrnn.fused as fused
 
-    x = torch.randn(BPTT, BATCH, hidden, device="cuda", requires_grad=True)
-    params = [torch.empty(4 * hidden, hidden, device="cuda").uniform_(-0.05, 0.05).requires_grad_()
-              for _ in range(2)] + [torch.zeros(4 * hidden, device="cuda", requires_grad=True) for _ in range(2)]
-    state = (torch.randn(BATCH, hidden, device="cuda"), torch.randn(BATCH, hidden, device="cuda"))
-    masks = LayerMasks(h=bernoulli_mask((BATCH, hidden), 0.3, x))
+    x, state, params, masks = layer_problem(hidden)
     for _ in range(3):
-        y, _ = fused.lstm_fused(x, state, tuple(params), masks)
+        y, _ = fused.lstm_fused(x, state, params, masks)
         y.sum().backward()
     torch.cuda.synchronize()
 
