@@ -79,15 +79,21 @@ def _held_out(count: int, fraction: float) -> int:
     return max(1, round(count * fraction))
 
 
+def _parts(train: list, test: list, cfg: SentimentDataConfig) -> tuple[dict, dict, list[str]]:
+    """The train / valid / test reviews (valid: the first ``valid_fraction`` of ``train``), each review's
+    tokens, and the vocabulary, built from the training part alone."""
+    n_valid = _held_out(len(train), cfg.valid_fraction)
+    parts = {"train": train[n_valid:], "valid": train[:n_valid], "test": test}
+    words = {name: [tokenize(r.text) for r in items] for name, items in parts.items()}
+    return parts, words, build_vocab(words["train"], cfg.vocab_size)
+
+
 def _load_imdb(cfg: SentimentDataConfig) -> TaskData:
     reviews = imdb.load(cfg.root)
     train = _shuffled(reviews["train"], cfg.split_seed, cfg.limit)
     # The test set is read whole and in file order, unless a smoke run takes a (shuffled, so balanced) subset.
     test = _shuffled(reviews["test"], cfg.split_seed, cfg.limit) if cfg.limit else reviews["test"]
-    n_valid = _held_out(len(train), cfg.valid_fraction)
-    parts = {"train": train[n_valid:], "valid": train[:n_valid], "test": test}
-    words = {name: [tokenize(r.text) for r in items] for name, items in parts.items()}
-    vocab = build_vocab(words["train"], cfg.vocab_size)
+    parts, words, vocab = _parts(train, test, cfg)
 
     def split(name: str) -> Split:
         labels = torch.tensor([r.label for r in parts[name]], dtype=torch.long)
@@ -100,10 +106,7 @@ def _load_scale(cfg: SentimentDataConfig) -> TaskData:
     reviews = _shuffled(scale.load(cfg.root), cfg.split_seed, cfg.limit)
     n_test = _held_out(len(reviews), cfg.test_fraction)
     train, test = reviews[: len(reviews) - n_test], reviews[len(reviews) - n_test :]
-    n_valid = _held_out(len(train), cfg.valid_fraction)
-    parts = {"train": train[n_valid:], "valid": train[:n_valid], "test": test}
-    words = {name: [tokenize(r.text) for r in items] for name, items in parts.items()}
-    vocab = build_vocab(words["train"], cfg.vocab_size)
+    parts, words, vocab = _parts(train, test, cfg)
     chunked = {}  # name -> (chunks of token ids, the rating of each chunk's review)
     for name, items in parts.items():
         pieces = [(piece, review.rating) for review, ids in zip(items, to_ids(words[name], vocab), strict=True)
