@@ -41,7 +41,8 @@ cannot deadlock however the programs are scheduled, and the last one resets the 
 next step. The backward product sums over 4H = (gate, k) and is split over both. Everything
 else the cell needs (x_proj, c_{t-1}, saved activations, dy) is loaded before the hand-off, so
 that its latency overlaps it. How finely to split: ``_Plan`` (about PROGRAMS_PER_SM programs per
-SM, i.e. one wave).
+SM, i.e. one wave). The hand-off, the backward product and the block offsets are written once, in
+:mod:`vdrnn.kernel_parts`, for these kernels and the GRU's.
 
 Precision: the recurrent product runs in autocast's dtype when autocast is on (bf16 operands, as
 F.linear in the reference), else in fp32 with TF32 when ``torch.backends.cuda.matmul.allow_tf32``
@@ -115,11 +116,13 @@ def kernels_or_fallback(device: torch.device, module: str) -> bool:
 
 def _build_kernels():
     """Define the two kernels (importing Triton now, so that TRITON_INTERPRET set before is honoured)."""
-    global _KERNELS, triton, tl
+    global _KERNELS, triton, tl, parts  # module globals: a kernel resolves the names it calls among them
     if _KERNELS is not None:
         return _KERNELS
     import triton
     import triton.language as tl
+
+    from vdrnn import kernel_parts as parts
 
     @triton.jit(do_not_specialize=["t"])
     def _fwd_step(
@@ -137,15 +140,9 @@ def _build_kernels():
         ws: [SPLIT, B, 4H] fp32 partial sums; cnt: one int32 arrival counter per (b, j) block.
         Program (j, s, b) sums k in [s*K_CHUNK, (s+1)*K_CHUNK) for hidden units j, batch rows b.
         """
-        pid_j = tl.program_id(0)
         pid_s = tl.program_id(1)
-        pid_b = tl.program_id(2)
         t = t.to(tl.int64)
-        offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-        offs_j = pid_j * BLOCK_H + tl.arange(0, BLOCK_H)
-        mask_b = offs_b < B
-        mask_j = offs_j < H
-        mask_bj = mask_b[:, None] & mask_j[None, :]
+        offs_b, offs_j, mask_b, mask_j, mask_bj = parts.block(B, H, BLOCK_B, BLOCK_H)
         h_prev = hs_ptr + t * B * H
         acc_i = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
         acc_f = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
@@ -197,31 +194,21 @@ def _build_kernels():
         if HAS_ZC:
             keep = tl.load(zc_ptr + bh, mask=mask_bj, other=0.0)
         if SPLIT > 1:
-            # Split-K: publish the partial sums; the last of the SPLIT programs of this (j, b) block
-            # to arrive adds all of them up, in a fixed order (so results are deterministic), and
-            # runs the cell. Nobody waits, so the launch cannot deadlock whatever the scheduling.
+            # Split-K: publish the partial sums; the last of the SPLIT programs of this (j, b) block to
+            # arrive adds them up in a fixed order and runs the cell (see kernel_parts.arrive).
             part = ws_ptr + offs_b[:, None] * G + offs_j[None, :]
             mine = part + pid_s * B * G
             tl.store(mine, acc_i, mask=mask_bj)
             tl.store(mine + H, acc_f, mask=mask_bj)
             tl.store(mine + 2 * H, acc_g, mask=mask_bj)
             tl.store(mine + 3 * H, acc_o, mask=mask_bj)
-            tl.debug_barrier()  # all threads' stores come before the release of the atomic below
-            counter = cnt_ptr + pid_b * tl.num_programs(0) + pid_j
-            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-            last = arrived == SPLIT - 1
+            counter, last = parts.arrive(cnt_ptr, SPLIT)
             live = mask_bj & last  # only the last program loads and stores from here on
-            acc_i = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
-            acc_f = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
-            acc_g = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
-            acc_o = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
-            # Unrolled, so that all the loads are in flight at once (one memory round trip, not SPLIT).
-            for s in tl.static_range(SPLIT):
-                src = part + s * B * G  # .cg: read through L2, where the other programs' sums are
-                acc_i += tl.load(src, mask=live, other=0.0, cache_modifier=".cg")
-                acc_f += tl.load(src + H, mask=live, other=0.0, cache_modifier=".cg")
-                acc_g += tl.load(src + 2 * H, mask=live, other=0.0, cache_modifier=".cg")
-                acc_o += tl.load(src + 3 * H, mask=live, other=0.0, cache_modifier=".cg")
+            zero = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+            acc_i = parts.partials_sum(zero, part, live, B * G, SPLIT)
+            acc_f = parts.partials_sum(zero, part + H, live, B * G, SPLIT)
+            acc_g = parts.partials_sum(zero, part + 2 * H, live, B * G, SPLIT)
+            acc_o = parts.partials_sum(zero, part + 3 * H, live, B * G, SPLIT)
             tl.store(counter, 0, mask=last)  # reset for the next step's launch
         else:
             live = mask_bj
@@ -263,15 +250,9 @@ def _build_kernels():
         The recurrent product sums over 4H = (gate, k): program (j, s, b) takes gate s // KS and the
         k-slice s % KS; ws [4*KS, B, H] holds the partial sums, cnt the arrival counters.
         """
-        pid_j = tl.program_id(0)
         pid_s = tl.program_id(1)
-        pid_b = tl.program_id(2)
         t = t.to(tl.int64)
-        offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-        offs_j = pid_j * BLOCK_H + tl.arange(0, BLOCK_H)
-        mask_b = offs_b < B
-        mask_j = offs_j < H
-        mask_bj = mask_b[:, None] & mask_j[None, :]
+        offs_b, offs_j, mask_b, mask_j, mask_bj = parts.block(B, H, BLOCK_B, BLOCK_H)
         bh = offs_b[:, None] * H + offs_j[None, :]
         G = 4 * H
         # The cell's saved values and incoming gradients, loaded first so that their latency overlaps
@@ -295,28 +276,16 @@ def _build_kernels():
             z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
             if HAS_ZH:
                 z = tl.load(z_at + gate * stride_zg, mask=mask_bj, other=0.0)
-            part = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
-            for kk in range(0, K_CHUNK, BLOCK_K):
-                offs_k = k_base + kk + tl.arange(0, BLOCK_K)
-                mask_k = offs_k < H  # also keeps gate g's k from reading gate g+1's rows
-                a = tl.load(dg_next + offs_k[None, :], mask=mask_b[:, None] & mask_k[None, :], other=0.0)
-                # Columns j < stride_w always exist (rows are zero-padded past H), so only the
-                # row (k) needs a mask: the loads stay full-width along j.
-                w = tl.load(w_ptr + (gate * H + offs_k[:, None]) * stride_w + offs_j[None, :],
-                            mask=mask_k[:, None], other=0.0)
-                part = tl.dot(a.to(OP_DTYPE), w, part, input_precision=PRECISION)
+            part = parts.recurrent_grad_product(dg_next, w_ptr, gate, k_base, offs_j, mask_b, stride_w, H,
+                                                OP_DTYPE, PRECISION, BLOCK_B, BLOCK_H, BLOCK_K, K_CHUNK)
             if HAS_ZH:  # z_h^g times gate g's product (tied: the same mask for every gate)
                 part = part * z
             # Split-K as in the forward kernel: the last program to arrive sums in a fixed order.
             slot = ws_ptr + bh
             tl.store(slot + pid_s * B * H, part, mask=mask_bj)
-            tl.debug_barrier()
-            counter = cnt_ptr + pid_b * tl.num_programs(0) + pid_j
-            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-            last = arrived == 4 * KS - 1
+            counter, last = parts.arrive(cnt_ptr, 4 * KS)
             live = mask_bj & last
-            for s in tl.static_range(4 * KS):
-                dh += tl.load(slot + s * B * H, mask=live, other=0.0, cache_modifier=".cg")
+            dh = parts.partials_sum(dh, slot, live, B * H, 4 * KS)
             tl.store(counter, 0, mask=last)
         else:  # the last step (launched with one program per block): the gradient of the returned h_T
             live = mask_bj

@@ -3,7 +3,8 @@
 Why: cuDNN's GRU cannot mask h_{t-1} (Gal, tied or one mask per gate), so those layers run
 :func:`vdrnn.recurrent.gru_reference`, a Python loop of ~10 small kernels per step. This is the
 GRU twin of :mod:`vdrnn.fused` (read its docstring: the same plan, split-K hand-off, packed W_hh,
-precision rules and CUDA-graph safety, and its ``_Plan`` / ``_pack_weight`` are used as they are).
+precision rules and CUDA-graph safety, and its ``_Plan`` / ``_pack_weight`` are used as they are; the Triton
+pieces both kernels share are in :mod:`vdrnn.kernel_parts`).
 
 What runs where (one layer, T steps, batch B, hidden H, gates r, z, n as torch.nn.GRU):
 
@@ -41,11 +42,13 @@ SAVED = 4  # per unit and step the backward needs r, z, n and a_n (n's recurrent
 
 def _build_kernels():
     """Define the two kernels (importing Triton now, so that TRITON_INTERPRET set before is honoured)."""
-    global _KERNELS, tl
+    global _KERNELS, tl, parts  # module globals: a kernel resolves the names it calls among them
     if _KERNELS is not None:
         return _KERNELS
     import triton
     import triton.language as tl
+
+    from vdrnn import kernel_parts as parts
 
     @triton.jit(do_not_specialize=["t"])
     def _gru_fwd_step(
@@ -61,15 +64,9 @@ def _build_kernels():
         hs: [T+1, B, H] fp32; x_proj: [T, B, 3H]; acts: [T, B, 4H]; W: [3H, stride_w];
         ws: [SPLIT, B, 3H] fp32 partial sums; cnt: one int32 arrival counter per (b, j) block.
         """
-        pid_j = tl.program_id(0)
         pid_s = tl.program_id(1)
-        pid_b = tl.program_id(2)
         t = t.to(tl.int64)
-        offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-        offs_j = pid_j * BLOCK_H + tl.arange(0, BLOCK_H)
-        mask_b = offs_b < B
-        mask_j = offs_j < H
-        mask_bj = mask_b[:, None] & mask_j[None, :]
+        offs_b, offs_j, mask_b, mask_j, mask_bj = parts.block(B, H, BLOCK_B, BLOCK_H)
         h_prev_ptr = hs_ptr + t * B * H
         acc_r = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
         acc_z = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
@@ -117,19 +114,12 @@ def _build_kernels():
             tl.store(mine, acc_r, mask=mask_bj)
             tl.store(mine + H, acc_z, mask=mask_bj)
             tl.store(mine + 2 * H, acc_n, mask=mask_bj)
-            tl.debug_barrier()  # all threads' stores come before the release of the atomic below
-            counter = cnt_ptr + pid_b * tl.num_programs(0) + pid_j
-            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-            last = arrived == SPLIT - 1
+            counter, last = parts.arrive(cnt_ptr, SPLIT)
             live = mask_bj & last
-            acc_r = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
-            acc_z = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
-            acc_n = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
-            for s in tl.static_range(SPLIT):
-                src = part + s * B * G  # .cg: read through L2, where the other programs' sums are
-                acc_r += tl.load(src, mask=live, other=0.0, cache_modifier=".cg")
-                acc_z += tl.load(src + H, mask=live, other=0.0, cache_modifier=".cg")
-                acc_n += tl.load(src + 2 * H, mask=live, other=0.0, cache_modifier=".cg")
+            zero = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+            acc_r = parts.partials_sum(zero, part, live, B * G, SPLIT)
+            acc_z = parts.partials_sum(zero, part + H, live, B * G, SPLIT)
+            acc_n = parts.partials_sum(zero, part + 2 * H, live, B * G, SPLIT)
             tl.store(counter, 0, mask=last)  # reset for the next step's launch
         else:
             live = mask_bj
@@ -164,15 +154,9 @@ def _build_kernels():
         The product sums over 3H = (gate, k): program (j, s, b) takes gate s // KS and k-slice s % KS;
         ws [3*KS, B, H] holds the partial sums, cnt the arrival counters.
         """
-        pid_j = tl.program_id(0)
         pid_s = tl.program_id(1)
-        pid_b = tl.program_id(2)
         t = t.to(tl.int64)
-        offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-        offs_j = pid_j * BLOCK_H + tl.arange(0, BLOCK_H)
-        mask_b = offs_b < B
-        mask_j = offs_j < H
-        mask_bj = mask_b[:, None] & mask_j[None, :]
+        offs_b, offs_j, mask_b, mask_j, mask_bj = parts.block(B, H, BLOCK_B, BLOCK_H)
         bh = offs_b[:, None] * H + offs_j[None, :]
         D = 4 * H  # row length of dg and acts
         # Saved values and incoming gradients first, so that their latency overlaps the product.
@@ -192,26 +176,15 @@ def _build_kernels():
             z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
             if HAS_ZH:
                 zh = tl.load(z_at + gate * stride_zg, mask=mask_bj, other=0.0)
-            part = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
-            for kk in range(0, K_CHUNK, BLOCK_K):
-                offs_k = k_base + kk + tl.arange(0, BLOCK_K)
-                mask_k = offs_k < H  # also keeps gate g's k from reading gate g+1's rows
-                a = tl.load(dg_next + offs_k[None, :], mask=mask_b[:, None] & mask_k[None, :], other=0.0)
-                # Columns j < stride_w exist (rows zero-padded past H): only k needs a mask.
-                w = tl.load(w_ptr + (gate * H + offs_k[:, None]) * stride_w + offs_j[None, :],
-                            mask=mask_k[:, None], other=0.0)
-                part = tl.dot(a.to(OP_DTYPE), w, part, input_precision=PRECISION)
+            part = parts.recurrent_grad_product(dg_next, w_ptr, gate, k_base, offs_j, mask_b, stride_w, H,
+                                                OP_DTYPE, PRECISION, BLOCK_B, BLOCK_H, BLOCK_K, K_CHUNK)
             if HAS_ZH:
                 part = part * zh
             slot = ws_ptr + bh
             tl.store(slot + pid_s * B * H, part, mask=mask_bj)
-            tl.debug_barrier()
-            counter = cnt_ptr + pid_b * tl.num_programs(0) + pid_j
-            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-            last = arrived == 3 * KS - 1
+            counter, last = parts.arrive(cnt_ptr, 3 * KS)
             live = mask_bj & last
-            for s in tl.static_range(3 * KS):
-                dh += tl.load(slot + s * B * H, mask=live, other=0.0, cache_modifier=".cg")
+            dh = parts.partials_sum(dh, slot, live, B * H, 3 * KS)
             tl.store(counter, 0, mask=last)
         else:  # the last step (one program per block): no product of a later step
             live = mask_bj

@@ -1,0 +1,124 @@
+"""Compile the fused LSTM and GRU step kernels for a Hopper GPU (sm_90) on any machine, GPU or not.
+
+Triton's interpreter (what the CPU tests run) checks what the kernels compute, not that the GPU compiler
+accepts them: a kernel can pass every CPU test and still fail to compile on the GPU. This script runs the
+real compiler, down to PTX and cubin with the ptxas that ships in the triton wheel, for every kernel
+variant the training paths launch (tied, untied and no recurrent mask; Moon's cell mask; fp32/TF32 and bf16
+operands; with and without split-K), with the block shapes and splits ``vdrnn.fused._Plan`` picks for a
+132-SM H100/H200 at batch 20. It prints each kernel's shared memory and a hash of its PTX.
+
+    python scripts/kernel_ptx.py                      # compile all; exit 1 if any fails
+    python scripts/kernel_ptx.py --out /tmp/ptx/new   # also write the PTX (debug info stripped)
+
+Comparing two --out folders (e.g. before and after a refactor of the kernels) shows whether the GPU code
+changed at all; tests/test_kernel_compile.py runs this script in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import os
+import re
+import sys
+from pathlib import Path
+
+if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    sys.exit("kernel_ptx.py compiles for the GPU: unset TRITON_INTERPRET")
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vdrnn import fused, fused_gru  # noqa: E402
+
+SM_COUNT, BATCH = 132, 20  # H100 / H200, the benchmark's batch
+SHARED_LIMIT = 232_448  # bytes of shared memory one program may use on sm_90
+INTS = {"t", "B", "stride_w", "stride_zb", "stride_zg"}  # every other argument is a pointer but c_scale
+
+
+def signature(kernel, op_dtype: str, constexprs: dict) -> dict:
+    """Argument types as a launch from vdrnn.fused / vdrnn.fused_gru would give them."""
+    types = {}
+    for param in kernel.params:
+        name = param.name
+        if name in constexprs:
+            types[name] = "constexpr"
+        elif name in INTS:
+            types[name] = "i32"
+        elif name == "c_scale":
+            types[name] = "fp32"
+        elif name == "cnt_ptr":
+            types[name] = "*i32"
+        elif name in ("w_ptr", "xp_ptr", "y_ptr"):  # the tensors that are bf16 under autocast
+            types[name] = f"*{op_dtype}"
+        else:
+            types[name] = "*fp32"
+    return types
+
+
+def cases(hidden_sizes):
+    """(name, kernel, op dtype, constexprs, num_warps, num_stages) for every variant the layers launch."""
+    lstm_fwd, lstm_bwd = fused._build_kernels()
+    gru_fwd, gru_bwd = fused_gru._build_kernels()
+    fused._SM_COUNT[0] = SM_COUNT  # plan as on the GPU, without asking a driver
+    for hidden, op, mask in itertools.product(hidden_sizes, ("fp32", "bf16"), ("none", "tied", "untied", "moon")):
+        plan = fused._Plan(BATCH, hidden, torch.device("cuda", 0))
+        shape = dict(H=hidden, BLOCK_B=plan.block_b, BLOCK_H=fused.BLOCK_H, BLOCK_K=fused.BLOCK_K,
+                     OP_DTYPE=tl.bfloat16 if op == "bf16" else tl.float32, PRECISION="tf32",
+                     HAS_ZH=mask in ("tied", "untied"), PER_GATE=mask == "untied")
+        fwd = dict(shape, SAVE_ACTS=True, K_CHUNK=plan.chunk_f, SPLIT=plan.split_f)
+        bwd = dict(shape, HAS_NEXT=True, K_CHUNK=plan.chunk_b, KS=plan.ks)
+        tag = f"H{hidden}_{op}_{mask}"
+        yield f"lstm_fwd_{tag}", lstm_fwd, op, dict(fwd, HAS_ZC=mask == "moon"), plan.stages_f
+        yield f"lstm_bwd_{tag}", lstm_bwd, op, dict(bwd, HAS_ZC=mask == "moon"), plan.stages_b
+        if mask != "moon":  # a GRU has no cell state
+            yield f"gru_fwd_{tag}", gru_fwd, op, fwd, plan.stages_f
+            yield f"gru_bwd_{tag}", gru_bwd, op, bwd, plan.stages_b
+        if op == "fp32" and mask == "tied":  # the last backward step, and inference (nothing saved)
+            yield f"lstm_bwd_last_{tag}", lstm_bwd, op, dict(bwd, HAS_ZC=False, HAS_NEXT=False), plan.stages_b
+            yield f"lstm_fwd_infer_{tag}", lstm_fwd, op, dict(fwd, HAS_ZC=False, SAVE_ACTS=False), plan.stages_f
+
+
+def stripped_ptx(ptx: str) -> str:
+    """PTX without debug locations and files, so that equal code compares equal."""
+    ptx = re.sub(r"\.section\s+\.debug.*", "", ptx, flags=re.S)
+    return "\n".join(line for line in ptx.splitlines() if line.strip() and not line.lstrip().startswith((".loc", ".file")))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hidden", type=int, nargs="+", default=[650, 1500])
+    parser.add_argument("--out", help="write each kernel's PTX here")
+    args = parser.parse_args()
+    out = Path(args.out) if args.out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    target = GPUTarget("cuda", 90, 32)
+    failed = 0
+    for name, kernel, op, constexprs, stages in cases(args.hidden):
+        try:
+            compiled = triton.compile(ASTSource(fn=kernel, signature=signature(kernel, op, constexprs),
+                                                constexprs=constexprs),
+                                      target=target, options={"num_warps": fused.NUM_WARPS, "num_stages": stages})
+        except Exception as err:  # report every failing variant, not just the first
+            failed += 1
+            print(f"{name}: FAILED {err!r}"[:2000], flush=True)
+            continue
+        ptx = stripped_ptx(compiled.asm["ptx"])
+        shared = compiled.metadata.shared
+        status = "ok" if shared <= SHARED_LIMIT else "FAILED: too much shared memory"
+        failed += status != "ok"
+        print(f"{name}: {status}, shared {shared} B, PTX {hashlib.sha1(ptx.encode()).hexdigest()[:12]}", flush=True)
+        if out:
+            (out / f"{name}.ptx").write_text(ptx + "\n")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""The fused kernels compile for the GPU (sm_90), on this CPU machine: scripts/kernel_ptx.py runs Triton's real
+compiler and ptxas for every variant the layers launch. The interpreter tests (test_fused*.py) check what the
+kernels compute; only a compiler can reject a construct the interpreter accepts (or run out of shared memory)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "kernel_ptx.py"
+
+
+def test_every_fused_kernel_variant_compiles_for_hopper(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the compiler, not the interpreter
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")  # compile for real, not from an earlier run's cache
+    result = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "ptx")], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    # 650 and 1500 units x fp32 / bf16 x {none, tied, untied, moon}: LSTM forward and backward, GRU too
+    # (no Moon), plus the last backward step and inference.
+    assert len(lines) == 2 * 2 * (4 * 2 + 3 * 2) + 2 * 2, result.stdout
+    assert all(": ok, shared " in line for line in lines), result.stdout
+    ptx = (tmp_path / "ptx" / "lstm_fwd_H1500_fp32_untied.ptx").read_text()
+    assert ".target sm_90" in ptx and "mma.sync" in ptx  # tensor-core products, for Hopper
