@@ -311,6 +311,10 @@ def _build_kernels():
 
 # ------------------------------------------------------------------------------------------ helpers
 def _tl_dtype(dtype: torch.dtype):
+    """Triton's name for a product dtype. Called only after a kernel builder has imported Triton (the LSTM's or
+    the GRU's), so this import does not decide the interpreter question too early."""
+    import triton.language as tl
+
     return {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[dtype]
 
 

@@ -204,11 +204,6 @@ def _build_kernels():
     return _KERNELS
 
 
-def _tl_dtype(dtype: torch.dtype):
-    # vdrnn.fused's own helper reads the `tl` that only its kernel builder imports.
-    return getattr(tl, str(dtype).removeprefix("torch."))
-
-
 def _forward(x_proj, h0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     """Run the T forward steps. Returns y [T,B,H] (x_proj dtype), hs [T+1,B,H] fp32, acts [T,B,4H] or None."""
     fwd, _ = _build_kernels()
@@ -226,7 +221,7 @@ def _forward(x_proj, h0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     else:
         ws = counters = hs
     grid = (plan.n_j, plan.split_f, plan.n_b)
-    op = _tl_dtype(w_op.dtype)
+    op = fused._tl_dtype(w_op.dtype)
     precision = _precision(w_op.dtype)
     bias = b_hh.detach()
     for t in range(steps):
@@ -282,7 +277,7 @@ class _FusedGRU(torch.autograd.Function):
         dg = torch.empty(steps, batch, SAVED * hidden, device=dev, dtype=torch.float32)
         ws = torch.empty(GRU_GATES * plan.ks, batch, hidden, device=dev, dtype=torch.float32)
         counters = torch.zeros(plan.n_b * plan.n_j, device=dev, dtype=torch.int32)
-        op = _tl_dtype(w_op.dtype)
+        op = fused._tl_dtype(w_op.dtype)
         precision = _precision(w_op.dtype)
         for t in reversed(range(steps)):
             has_next = t < steps - 1
