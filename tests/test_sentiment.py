@@ -162,3 +162,31 @@ def test_bad_sentiment_settings_are_refused_with_the_fix(raw_change, message):
     raw.update(raw_change)
     with pytest.raises(ConfigError, match=message):
         from_dict(raw)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
+def test_keras_init_is_gal_scripts_layer_defaults(cell):
+    """model.init=keras: per gate, W_ih Glorot-uniform and W_hh orthogonal x 1.1; LSTM forget bias 1."""
+    torch.manual_seed(0)
+    D, H = 24, 16
+    config = SentimentModelConfig(cell=cell, hidden_size=H, embedding_size=D, init="keras")
+    model = SentimentModel(50, 2, config, make_dropout(DropoutConfig(scheme="variational")))
+    rnn = model.layers[0].lstm if cell == "lstm" else model.layers[0].module
+    gates = {"lstm": 4, "gru": 3, "rnn": 1}[cell]
+    bound = math.sqrt(6 / (D + H))
+    for w_ih, w_hh in zip(rnn.weight_ih_l0.chunk(gates), rnn.weight_hh_l0.chunk(gates), strict=True):
+        assert w_ih.abs().max() <= bound and w_ih.abs().max() > 0.8 * bound  # U(+-bound), not a smaller range
+        torch.testing.assert_close(w_hh @ w_hh.T, 1.21 * torch.eye(H), atol=1e-5, rtol=0)
+    bias = (rnn.bias_ih_l0 + rnn.bias_hh_l0).detach()
+    expected = torch.zeros(gates * H)
+    if cell == "lstm":
+        expected[H:2 * H] = 1.0  # i, f, g, o: the forget gate opens at the start
+    assert torch.equal(bias, expected)
+    assert model.embedding.weight.abs().max() <= 0.05 and torch.equal(model.head.bias, torch.zeros(2))
+    head_bound = math.sqrt(6 / (H + 2))
+    assert head_bound * 0.5 < model.head.weight.abs().max() <= head_bound
+
+
+def test_unknown_init_names_the_choices():
+    with pytest.raises(ConfigError, match="uniform, awd, keras"):
+        SentimentModelConfig(init="glorot")

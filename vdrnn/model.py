@@ -23,6 +23,7 @@ from vdrnn.recurrent import IMPLS, LSTMLayer
 
 State = list[tuple[torch.Tensor, torch.Tensor]]
 CELLS = ("lstm", "gru", "rnn")
+INITS = ("uniform", "awd", "keras")
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class ModelConfig:
     hidden_size: int = 650
     embedding_size: int | None = None  # None: the hidden size (Zaremba, Gal); AWD uses 400 with 1150 units
     tie_weights: bool = False  # decoder weight = embedding (AWD); the last layer then has embedding_size units
-    init: str = "uniform"  # uniform: every parameter U(+-init_range) (Zaremba, Gal) | awd: see LanguageModel
+    init: str = "uniform"  # uniform: every parameter U(+-init_range) (Zaremba, Gal) | awd | keras: see initialize
     init_range: float = 0.05
     cell: str = "lstm"
     gates: str = "tied"
@@ -44,8 +45,8 @@ class ModelConfig:
             raise ConfigError(f"cell.gates={self.gates!r}; choose `cell.gates=tied` or `cell.gates=untied`")
         if self.impl not in IMPLS:
             raise ConfigError(f"model.impl={self.impl!r}; choose one of {', '.join(IMPLS)}")
-        if self.init not in ("uniform", "awd"):
-            raise ConfigError(f"model.init={self.init!r}; choose `uniform` or `awd`")
+        if self.init not in INITS:
+            raise ConfigError(f"model.init={self.init!r}; choose one of {', '.join(INITS)}")
         if self.num_layers < 1 or self.hidden_size < 1 or (self.embedding_size or 1) < 1:
             raise ConfigError("model.num_layers, model.hidden_size and model.embedding_size must be positive")
         if not self.init_range > 0:
@@ -59,15 +60,49 @@ class ModelConfig:
 
 
 def initialize(model: nn.Module, config: ModelConfig, embedding: nn.Embedding, head: nn.Linear) -> None:
-    """``model.init``: uniform sets every parameter, biases included, to U(+-init_range) (Zaremba, Gal);
-    awd (Merity et al.) only the embedding, zeroes the output layer's bias and leaves the recurrent
-    layers at PyTorch's U(+-1/sqrt(H))."""
+    """``model.init``:
+
+    - uniform: every parameter, biases included, U(+-init_range) (Zaremba's and Gal's language models);
+    - awd (Merity et al.): only the embedding U(+-init_range) and a zero output bias; the recurrent
+      layers keep PyTorch's U(+-1/sqrt(H));
+    - keras: the defaults of the Keras 0.3 layers in Gal's sentiment scripts. Embedding U(+-init_range)
+      (Keras' ``uniform``, 0.05); each gate's input matrix Glorot-uniform, U(+-sqrt(6 / (D + H)));
+      each gate's recurrent matrix orthogonal times 1.1 (Keras' ``orthogonal`` scale); biases zero but
+      the LSTM's forget gate, 1 (``forget_bias_init='one'``); the head Glorot-uniform with zero bias.
+      Keras' gates use a hard sigmoid; ours keep the logistic one.
+    """
     if config.init == "uniform":
         for p in model.parameters():
             nn.init.uniform_(p, -config.init_range, config.init_range)
-    else:
-        nn.init.uniform_(embedding.weight, -config.init_range, config.init_range)
-        nn.init.zeros_(head.bias)
+        return
+    nn.init.uniform_(embedding.weight, -config.init_range, config.init_range)
+    nn.init.zeros_(head.bias)
+    if config.init == "keras":
+        nn.init.xavier_uniform_(head.weight)
+        for rnn in model.modules():
+            if isinstance(rnn, nn.RNNBase):
+                keras_init_(rnn)
+
+
+KERAS_ORTHOGONAL_GAIN = 1.1
+
+
+def keras_init_(rnn: nn.RNNBase) -> None:
+    """A one-layer ``nn.LSTM``/``nn.GRU``/``nn.RNN`` as Keras 0.3 initialises its layer (see :func:`initialize`).
+
+    Keras keeps one [D, H] and one [H, H] matrix per gate; PyTorch stacks the gates along dim 0, so each
+    gate's block is initialised on its own. PyTorch's two biases add up: the forget gate's 1 goes in
+    ``bias_ih`` and ``bias_hh`` stays zero.
+    """
+    gates = rnn.weight_ih_l0.shape[0] // rnn.hidden_size
+    with torch.no_grad():
+        for w_ih, w_hh in zip(rnn.weight_ih_l0.chunk(gates), rnn.weight_hh_l0.chunk(gates), strict=True):
+            nn.init.xavier_uniform_(w_ih)
+            nn.init.orthogonal_(w_hh, gain=KERAS_ORTHOGONAL_GAIN)
+        nn.init.zeros_(rnn.bias_ih_l0)
+        nn.init.zeros_(rnn.bias_hh_l0)
+        if isinstance(rnn, nn.LSTM):  # gate order i, f, g, o
+            rnn.bias_ih_l0[rnn.hidden_size:2 * rnn.hidden_size] = 1.0
 
 
 class LanguageModel(nn.Module):
