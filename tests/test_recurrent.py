@@ -87,3 +87,14 @@ def test_dropped_recurrent_unit_has_no_influence_through_h():
     y, _ = lstm_reference(x, (h0, torch.zeros(1, H)), layer.parameters_tuple(), LayerMasks(h=h_mask))
     y[0].sum().backward()
     assert h0.grad[0, 3] == 0 and h0.grad[0, 2] != 0
+
+
+def test_keras_init_reaches_every_layer_of_a_language_model():
+    torch.manual_seed(0)
+    config = ModelConfig(num_layers=2, hidden_size=8, embedding_size=8, tie_weights=True, init="keras")
+    model = LanguageModel(30, config, make_dropout(DropoutConfig(scheme="variational")))
+    for layer in model.layers:
+        for w_hh in layer.lstm.weight_hh_l0.chunk(GATES):
+            torch.testing.assert_close(w_hh @ w_hh.T, 1.21 * torch.eye(8), atol=1e-5, rtol=0)
+        assert torch.equal(layer.lstm.bias_ih_l0[8:16], torch.ones(8))  # the forget gate's
+    assert model.decoder.weight is model.embedding.weight and model.embedding.weight.abs().max() <= 0.05
