@@ -8,6 +8,8 @@ import pytest
 import torch
 from conftest import TINY, run_cli
 
+from vdrnn.tracking import read_jsonl
+
 pytestmark = pytest.mark.slow
 
 VARIATIONAL = ["dropout=variational", "dropout.embedding=0.2", "dropout.input=0.3", "dropout.recurrent=0.3",
@@ -35,12 +37,47 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, tiny_corpus):
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
 
 
-def test_resume_from_an_explicit_checkpoint(tmp_path, tiny_corpus):
-    common = [*TINY, f"data.root={tiny_corpus}"]
+def test_resume_from_another_folder_carries_its_best_checkpoint_and_history(tmp_path, tiny_corpus):
+    common = [*TINY, *VARIATIONAL, f"data.root={tiny_corpus}"]
+    run_cli("train", *common, "trainer.epochs=2", "hydra.run.dir=straight", cwd=tmp_path)
     run_cli("train", *common, "trainer.epochs=1", "hydra.run.dir=first", cwd=tmp_path)
     run_cli("train", *common, "trainer.epochs=2", f"resume={tmp_path / 'first' / 'last.pt'}",
             "hydra.run.dir=second", cwd=tmp_path)
-    assert [r["epoch"] for r in history(tmp_path / "second")] == [2]
+    assert [r["epoch"] for r in history(tmp_path / "second")] == [1, 2]  # the first run's epoch came along
+    assert (tmp_path / "second" / "best.pt").exists()
+    final = [json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("straight", "second")]
+    assert (final[0]["test_ppl"], final[0]["best_valid_ppl"]) == (final[1]["test_ppl"], final[1]["best_valid_ppl"])
+
+
+def test_a_rerun_continues_from_its_own_folder_not_from_resume(tmp_path, tiny_corpus):
+    common = [*TINY, f"data.root={tiny_corpus}"]
+    run_cli("train", *common, "trainer.epochs=1", "hydra.run.dir=first", cwd=tmp_path)
+    again = [*common, f"resume={tmp_path / 'first' / 'last.pt'}", "hydra.run.dir=second"]
+    run_cli("train", *again, "trainer.epochs=2", cwd=tmp_path)
+    result = run_cli("train", *again, "trainer.epochs=3", cwd=tmp_path)  # the same command, a longer budget
+    assert "continues from it, not from resume=" in result.stderr + result.stdout
+    assert "after epoch 2" in result.stderr + result.stdout
+    assert [r["epoch"] for r in history(tmp_path / "second")] == [1, 2, 3]
+
+
+def test_resuming_under_other_settings_is_refused_with_the_keys(tmp_path, tiny_corpus):
+    common = [*TINY, f"data.root={tiny_corpus}", "hydra.run.dir=run"]
+    run_cli("train", *common, "trainer.epochs=1", cwd=tmp_path)
+    result = run_cli("train", *common, "trainer.epochs=2", "trainer.optimizer=adam", "data.batch_size=3",
+                     cwd=tmp_path, check=False)
+    assert result.returncode == 2
+    assert "cannot resume" in result.stderr and "trainer.optimizer: 'sgd' -> 'adam'" in result.stderr
+    assert "data.batch_size" in result.stderr and "init_from=" in result.stderr
+    assert [r["epoch"] for r in history(tmp_path / "run")] == [1]
+
+
+def test_a_run_whose_best_checkpoint_is_gone_is_not_tested_on_its_last_weights(tmp_path, tiny_corpus):
+    common = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1"]
+    run_cli("train", *common, "hydra.run.dir=first", cwd=tmp_path)
+    (tmp_path / "first" / "best.pt").unlink()
+    result = run_cli("train", *common, f"resume={tmp_path / 'first' / 'last.pt'}", "hydra.run.dir=second",
+                     cwd=tmp_path, check=False)
+    assert result.returncode == 2 and "best.pt is missing although the run validated" in result.stderr
 
 
 def test_divergence_stops_without_losing_the_last_good_checkpoint(tmp_path, tiny_corpus):
@@ -52,3 +89,12 @@ def test_divergence_stops_without_losing_the_last_good_checkpoint(tmp_path, tiny
     assert result.returncode == 2
     assert "training diverged in epoch 2" in result.stderr and "last good one" in result.stderr
     assert (tmp_path / "run" / "last.pt").read_bytes() == good
+
+
+def test_a_history_cut_short_mid_line_is_read_without_its_torn_last_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"epoch": 1}\n{"epoch": 2}\n{"epo')
+    assert read_jsonl(path) == [{"epoch": 1}, {"epoch": 2}]
+    path.write_text('{"epo\n{"epoch": 2}\n')  # damage before the end is not a torn write: it is reported
+    with pytest.raises(json.JSONDecodeError):
+        read_jsonl(path)

@@ -9,6 +9,7 @@ checkpoint intact, so no run ever loses its last good checkpoint.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,13 @@ def save(payload: dict[str, Any], path: Path) -> None:
     os.replace(tmp, path)
 
 
+def copy(src: Path, dst: Path) -> None:
+    """Copy a checkpoint file as ``save`` writes one: a crash leaves no half-written ``dst``."""
+    tmp = Path(dst).with_name(f".{Path(dst).name}.tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
 def load(path: str | Path) -> dict[str, Any]:
     path = Path(path).expanduser()
     if not path.is_file():
@@ -39,8 +47,9 @@ def load(path: str | Path) -> dict[str, Any]:
     except Exception as err:  # torch raises several types for truncated or foreign files
         raise CheckpointError(
             f"checkpoint {path} is unreadable ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
-            f"it is truncated or not a vdrnn checkpoint. Use the other checkpoint of the run (last.pt/best.pt) "
-            f"or start afresh in a new output dir"
+            f"it is truncated or not a vdrnn checkpoint. To evaluate, use the run's other checkpoint "
+            f"(checkpoint=<run>/best.pt or last.pt); to continue training, only last.pt holds the optimizer and "
+            f"progress as they were (resume=<run>/last.pt), else start afresh in a new output dir"
         ) from err
     if not isinstance(payload, dict) or "model" not in payload or "config" not in payload:
         raise CheckpointError(f"checkpoint {path} is not a vdrnn checkpoint (no model state or config in it)")

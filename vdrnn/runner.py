@@ -28,8 +28,8 @@ from tqdm import tqdm
 
 from vdrnn import checkpoint
 from vdrnn.config import TrainerConfig
-from vdrnn.errors import ConfigError, TrainingDiverged
-from vdrnn.tracking import RunLogger, read_jsonl
+from vdrnn.errors import CheckpointError, ConfigError, TrainingDiverged
+from vdrnn.tracking import RunLogger, flatten, read_jsonl, write_atomically
 
 log = logging.getLogger("vdrnn")
 
@@ -101,6 +101,25 @@ class TrainWindow:
         self.weight = self.words = self.steps = 0
         self.start = time.perf_counter()
         return mean, wps
+
+
+# Settings a resumed run may change: how long and how verbosely it runs, where the data and the device are,
+# how it is evaluated, and the knobs that the divergence message suggests (lr, clip, amp). Any other change
+# would make the checkpoint's state belong to another experiment.
+RESUMABLE_CHANGES = ("resume", "checkpoint", "device", "paper.", "data.root", "data.eval_batch_size",
+                     "data.test_batch_size", "model.impl", "trainer.epochs", "trainer.max_minutes", "trainer.progress",
+                     "trainer.log_every", "trainer.lr", "trainer.clip", "trainer.amp", "trainer.cuda_graph", "eval.")
+
+
+def check_resumable(saved: dict[str, Any], now: dict[str, Any], path: Path) -> None:
+    """Refuse to resume ``path`` (trained with ``saved``) under settings that change the experiment."""
+    before, after = flatten(saved), flatten(now)
+    changed = sorted(k for k in before.keys() | after.keys()
+                     if before.get(k) != after.get(k) and not k.startswith(RESUMABLE_CHANGES))
+    if changed:
+        diff = ", ".join(f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in changed)
+        raise ConfigError(f"cannot resume {path} with other settings ({diff}). Resume with the run's own settings, "
+                          f"or start a new run in a new output dir (init_from=<checkpoint> starts from its weights)")
 
 
 class EpochTrainer:
@@ -232,11 +251,11 @@ class EpochTrainer:
         return self.cfg.trainer.max_steps is not None and self.step >= self.cfg.trainer.max_steps
 
     def diverged(self, what: str) -> TrainingDiverged:
-        return TrainingDiverged(
-            f"training diverged in epoch {self.epoch + 1}: {what}. The run stopped without overwriting its "
-            f"checkpoints ({self.run_dir / checkpoint.LAST} is the last good one). Lower trainer.lr or "
-            f"trainer.clip, or use trainer.amp=off"
-        )
+        last = self.run_dir / checkpoint.LAST
+        kept = (f"The run stopped without overwriting its checkpoints ({last} is the last good one)" if last.exists()
+                else "The run stopped before its first checkpoint")
+        fixes = "Lower trainer.lr or trainer.clip" + (", or use trainer.amp=off" if self.cfg.trainer.amp != "off" else "")
+        return TrainingDiverged(f"training diverged in epoch {self.epoch + 1}: {what}. {kept}. {fixes}")
 
     # ----------------------------------------------------------------------------- checkpoints
     def state(self) -> dict[str, Any]:
@@ -257,6 +276,7 @@ class EpochTrainer:
 
     def restore(self, path: Path) -> None:
         payload = checkpoint.load(path)
+        check_resumable(payload["config"], self.raw_config, path)
         checkpoint.check_vocab(payload, self.vocab, path, "resume with the same data.* settings, or use a new output dir")
         checkpoint.load_model_state(self.model, payload, path)
         self.load_extra_state(payload)  # may replace the optimizer (AWD) before its state is loaded
@@ -269,23 +289,41 @@ class EpochTrainer:
         log.info("resumed from %s after epoch %d (step %d)", path, self.epoch, self.step)
 
     def resume_point(self) -> Path | None:
-        if self.cfg.resume:
-            return Path(self.cfg.resume)
+        """This run folder's own last.pt if it has one, else ``resume=``.
+
+        The folder's own checkpoint wins so that rerunning a command after a crash continues the run
+        where it stopped, instead of going back to ``resume=`` and overwriting the newer progress.
+        """
         last = self.run_dir / checkpoint.LAST
-        return last if last.exists() else None
+        if last.exists():
+            if self.cfg.resume and Path(self.cfg.resume).expanduser().resolve() != last.resolve():
+                log.warning("%s exists, so the run continues from it, not from resume=%s (to start again from "
+                            "that one, use a new output dir)", last, self.cfg.resume)
+            return last
+        return Path(self.cfg.resume) if self.cfg.resume else None
+
+    def adopt(self, source: Path) -> None:
+        """Resuming another folder's checkpoint: copy that run's best.pt and per-epoch history here too, so
+        that the final test loads the best weights so far (not this run's last ones) and the curves are whole."""
+        for name in (checkpoint.BEST, "metrics.jsonl"):
+            src, dst = source.parent / name, self.run_dir / name
+            if src.exists() and not dst.exists():
+                checkpoint.copy(src, dst)
 
     def truncate_history(self) -> None:
         """Drop per-epoch records written after the checkpoint we resume from (a crash between the two)."""
         path = self.run_dir / "metrics.jsonl"
         if path.exists():
             kept = [r for r in read_jsonl(path) if r["epoch"] <= self.epoch]
-            path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            write_atomically(path, "".join(json.dumps(r) + "\n" for r in kept))
 
     # ----------------------------------------------------------------------------- the loop
     def fit(self) -> dict[str, Any]:
         cfg = self.cfg
         resume = self.resume_point()
         if resume is not None:
+            if resume.expanduser().resolve().parent != self.run_dir.resolve():
+                self.adopt(resume.expanduser())
             self.restore(resume)
             self.truncate_history()
         logger = RunLogger(self.run_dir, self.raw_config, self.final_tags(),
@@ -350,6 +388,11 @@ class EpochTrainer:
         best = self.run_dir / checkpoint.BEST
         if best.exists():
             checkpoint.load_model_state(self.model, checkpoint.load(best), best)
+        elif math.isfinite(self.best_valid):  # validated, yet the weights that scored best are gone
+            raise CheckpointError(
+                f"{best} is missing although the run validated to {self.selector} {self.best_valid:.4g}; testing "
+                f"the last weights instead would report the wrong model. Put that run's best.pt there (or pass "
+                f"checkpoint=<its best.pt> to `vdrnn eval`)")
         metrics = self.final_metrics()
         history = self.run_dir / "metrics.jsonl"
         records = read_jsonl(history) if history.exists() else []

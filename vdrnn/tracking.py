@@ -8,11 +8,15 @@ would create an extra run per call).
 from __future__ import annotations
 
 import json
+import logging
+import os
 from pathlib import Path
 from typing import Any
 
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
+
+log = logging.getLogger("vdrnn")
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -39,8 +43,11 @@ class RunLogger:
         self.final_tags = final_tags
         # purge_step drops events a crashed run wrote after its last checkpoint, so a resumed run's
         # curves have no duplicate steps.
+        # The hparams go in once per folder: a run resumed in its own folder has them already, one resumed
+        # into a new folder (resume=<another run's last.pt>) does not.
+        fresh = not any(self.run_dir.glob("events.out.tfevents.*"))
         self.writer = SummaryWriter(log_dir=str(self.run_dir), purge_step=purge_step)
-        if purge_step is None:
+        if fresh:
             hp = {k: v for k, v in flatten(config).items() if not k.startswith("hydra")}
             for summary in hparams(hp, {tag: 0.0 for tag in final_tags}):
                 self.writer.file_writer.add_summary(summary)
@@ -65,4 +72,21 @@ class RunLogger:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """The records of a JSON-lines file; a last line cut short by a crash mid-write is skipped."""
+    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines):  # only the last line can be a torn write; anything else is damage
+                raise
+            log.warning("%s: skipping its last line, cut short (%r)", path, line[:80])
+    return records
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path``'s contents so that a crash leaves either the old file or the new one."""
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
