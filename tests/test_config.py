@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from vdrnn.config import from_dict, to_container
+from vdrnn.config import eval_config, from_dict, to_container
 from vdrnn.errors import ConfigError
 from vdrnn.sentiment import config as sentiment_config
 
@@ -160,3 +160,24 @@ def test_bad_values_are_refused_with_the_fix(override, message):
 def test_config_round_trips_through_a_plain_dict():
     raw = to_container(composed("experiment=medium_zaremba", "seed=3"))
     assert from_dict(OmegaConf.to_container(OmegaConf.create(raw))) == from_dict(raw)
+
+
+def test_eval_runs_the_checkpoints_config_with_the_command_lines_evaluation_settings():
+    trained = to_container(composed("experiment=imdb_lstm_variational", "model.hidden_size=64", "eval.samples=7",
+                                    "data.eval_batch_size=500"))
+    given = {"checkpoint", "eval", "eval.samples", "data.eval_batch_size", "hydra.run.dir"}
+    line = to_container(composed("checkpoint=x.pt", "eval=mc", "eval.samples=3", "data.eval_batch_size=40"))
+    merged = eval_config(line, trained, given)
+    assert merged["model"]["hidden_size"] == 64 and merged["data"]["name"] == "imdb"  # the checkpoint's
+    assert merged["eval"]["samples"] == 3 and merged["data"]["eval_batch_size"] == 40  # the command line's
+    assert merged["checkpoint"] == "x.pt" and merged["data"]["vocab_size"] == trained["data"]["vocab_size"]
+    not_given = eval_config(line, trained, {"checkpoint", "eval"})
+    assert not_given["data"]["eval_batch_size"] == 500  # a default of the command line does not replace it
+    sentiment_config.from_dict(merged)
+
+
+@pytest.mark.parametrize("given", [{"model.hidden_size"}, {"dataset"}, {"dropout.recurrent", "data.batch_size"}])
+def test_eval_refuses_settings_it_would_ignore(given):
+    trained = to_container(composed())
+    with pytest.raises(ConfigError, match="takes the model, data and dropout settings from the checkpoint"):
+        eval_config(to_container(composed()), trained, {"checkpoint", *given})

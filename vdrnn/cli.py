@@ -16,7 +16,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from vdrnn.config import to_container
+from vdrnn.config import eval_config, to_container
 from vdrnn.errors import VdrnnError
 
 CONFIG_PATH = "pkg://vdrnn.conf"
@@ -59,8 +59,9 @@ def train_command(cfg: DictConfig) -> float | None:
         metrics = task(raw["data"]["name"]).run(raw, Path(HydraConfig.get().runtime.output_dir))
     except VdrnnError as err:
         _fail(err)
-    # Returned so that a Hydra sweeper (e.g. Optuna) can minimise it.
-    return metrics.get("best_valid_ppl")
+    # Returned so that a Hydra sweeper (e.g. Optuna) can minimise it: the score the run selected best.pt by,
+    # best_valid_<selector> in metrics.json (ppl for PTB, nll for IMDB, rmse for scale; lower is better).
+    return next((value for key, value in metrics.items() if key.startswith("best_valid_")), None)
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base="1.3")
@@ -73,7 +74,9 @@ def eval_command(cfg: DictConfig) -> None:
             raise VdrnnError("vdrnn eval needs checkpoint=PATH (a best.pt or last.pt of a run)")
         path = Path(raw["checkpoint"])
         payload = checkpoint.load(path)  # read once: large models' checkpoints run to hundreds of MB
-        metrics = task(payload["config"]["data"]["name"]).evaluate(raw, path, payload)
+        given = {override.split("=", 1)[0].lstrip("+~") for override in HydraConfig.get().overrides.task}
+        run_raw = eval_config(raw, payload["config"], given)
+        metrics = task(payload["config"]["data"]["name"]).evaluate(run_raw, path, payload)
     except VdrnnError as err:
         _fail(err)
     out = Path(HydraConfig.get().runtime.output_dir) / "eval.json"

@@ -38,6 +38,9 @@ class DataConfig:
         for key in ("batch_size", "bptt", "eval_batch_size", "test_batch_size"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"data.{key}={getattr(self, key)} must be at least 1")
+        if self.eval_max_tokens is not None and self.eval_max_tokens < 2:
+            raise ConfigError(f"data.eval_max_tokens={self.eval_max_tokens} must be at least 2 tokens (or null for "
+                              f"the whole validation and test sets)")
 
 
 @dataclass(frozen=True)
@@ -166,3 +169,35 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
         init_from=raw.get("init_from"),
         checkpoint=raw.get("checkpoint"),
     )
+
+
+# `vdrnn eval` runs a checkpoint under the config it was trained with, except for the evaluation settings
+# of its own command line: always the eval group, device, seed and where the data is; and, when given,
+# the settings that change speed or memory but not the model (batch sizes, precision, implementation).
+EVAL_ALWAYS = ("eval", "device", "seed", "checkpoint", "data.root")
+EVAL_WHEN_GIVEN = ("data.eval_batch_size", "data.test_batch_size", "data.eval_max_tokens", "trainer.amp",
+                   "model.impl")
+
+
+def eval_config(raw: dict[str, Any], trained: dict[str, Any], given: set[str]) -> dict[str, Any]:
+    """The config `vdrnn eval` runs: ``trained`` (the checkpoint's) with the evaluation settings of ``raw`` (the
+    command line's composed config). ``given``: the keys the command line set. Any other key given would be
+    silently ignored, so it is refused."""
+    allowed = EVAL_ALWAYS + EVAL_WHEN_GIVEN
+
+    def takes(key: str, among: tuple[str, ...]) -> bool:
+        return any(key == k or key.startswith(k + ".") for k in among)
+
+    ignored = sorted(k for k in given if not takes(k, allowed) and not takes(k, ("hydra",)))
+    if ignored:
+        raise ConfigError(f"vdrnn eval takes the model, data and dropout settings from the checkpoint, so "
+                          f"{', '.join(ignored)} would be ignored: drop {'them' if len(ignored) > 1 else 'it'}. It "
+                          f"takes {', '.join(EVAL_ALWAYS)} and {', '.join(EVAL_WHEN_GIVEN)}")
+    merged = {key: dict(value) if isinstance(value, dict) else value for key, value in trained.items()}
+    for key in [*EVAL_ALWAYS, *(k for k in EVAL_WHEN_GIVEN if k in given)]:
+        group, _, leaf = key.partition(".")
+        if not leaf:
+            merged[group] = raw.get(group)
+        elif leaf in raw.get(group, {}):
+            merged.setdefault(group, {})[leaf] = raw[group][leaf]
+    return merged

@@ -10,7 +10,6 @@ variable BPTT lengths and NT-ASGD.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import time
@@ -227,15 +226,11 @@ def run(raw: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 def evaluate(raw: dict[str, Any], path: Path, payload: dict[str, Any]) -> dict[str, Any]:
-    """`vdrnn eval`: rebuild the checkpoint's model (``payload``, read from ``path``) and evaluate it under the
-    given eval, device and data root."""
-    cfg = from_dict(raw)
-    trained = from_dict(payload["config"])
-    device = resolve_device(cfg.device)
-    # The model and data settings are the checkpoint's; evaluation, device and data location are ours.
-    data = dataclasses.replace(trained.data, root=cfg.data.root, eval_max_tokens=cfg.data.eval_max_tokens)
-    run_cfg = dataclasses.replace(trained, data=data, eval=cfg.eval, seed=cfg.seed, device=cfg.device)
-    torch.manual_seed(cfg.seed)
+    """`vdrnn eval`: rebuild the checkpoint's model (``payload``, read from ``path``) and evaluate it under ``raw``,
+    the checkpoint's config with the command line's evaluation settings (:func:`vdrnn.config.eval_config`)."""
+    run_cfg = from_dict(raw)
+    device = resolve_device(run_cfg.device)
+    torch.manual_seed(run_cfg.seed)
     corpus = load_corpus(run_cfg)
     checkpoint.check_vocab(payload, corpus.vocab, path, "evaluate it on the data it was trained on (data.root)")
     model = build_model(run_cfg, len(corpus.vocab), device)

@@ -14,7 +14,6 @@ masks continue exactly as an uninterrupted run's.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -25,7 +24,6 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from vdrnn import checkpoint
-from vdrnn.config import EvalConfig, build
 from vdrnn.dropout import make_dropout
 from vdrnn.evaluate import autocast
 from vdrnn.runner import EpochTrainer, resolve_device
@@ -137,16 +135,10 @@ def run(raw: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 def evaluate(raw: dict[str, Any], path: Path, payload: dict[str, Any]) -> dict[str, Any]:
-    """`vdrnn eval`: rebuild the checkpoint's model (``payload``, read from ``path``) and data; evaluation,
-    device, seed and data.root are ours.
-
-    Only those keys are read from ``raw``: the rest of it is whatever the command line composed (the
-    default dataset is PTB's), while the model and the data settings must be the checkpoint's.
-    """
-    trained = from_dict(payload["config"])
-    data = dataclasses.replace(trained.data, root=raw["data"].get("root"))
-    run_cfg = dataclasses.replace(trained, data=data, eval=build(EvalConfig, raw["eval"], "eval"),
-                                  seed=int(raw.get("seed", 1)), device=str(raw.get("device", "auto")))
+    """`vdrnn eval`: rebuild the checkpoint's model (``payload``, read from ``path``) and data, and evaluate it
+    under ``raw``, the checkpoint's config with the command line's evaluation settings
+    (:func:`vdrnn.config.eval_config`)."""
+    run_cfg = from_dict(raw)
     device = resolve_device(run_cfg.device)
     torch.manual_seed(run_cfg.seed)
     task = load_task(run_cfg.data)
