@@ -215,3 +215,30 @@ def test_site_not_used_by_scheme_is_refused():
         DropoutConfig(scheme="zaremba", recurrent=0.3)
     with pytest.raises(ConfigError, match="unknown dropout scheme 'gal'"):
         DropoutConfig(scheme="gal")
+
+
+@pytest.mark.parametrize("name, key", [
+    ("none", "locked_mask"), ("zaremba", "locked_mask"), ("moon", "locked_mask"),
+    ("none", "embedding_mask"), ("zaremba", "embedding_mask"),
+])
+def test_mask_granularity_of_masks_a_scheme_never_draws_is_refused(name, key):
+    # Zaremba's masks are fresh per step and Moon's cell mask is always per sample: `batch` would do nothing.
+    with pytest.raises(ConfigError, match=rf"dropout.{key}=batch does nothing with scheme '{name}'.*"
+                                          r"drop the override"):
+        DropoutConfig(scheme=name, **{key: "batch"})
+
+
+@pytest.mark.parametrize("name, p, key", [
+    ("variational", {"input": 0.5, "recurrent": 0.3}, "locked_mask"), ("awd", {"input": 0.5}, "locked_mask"),
+    ("variational", {"embedding": 0.5}, "embedding_mask"), ("awd", {"embedding": 0.5}, "embedding_mask"),
+    ("moon", {"embedding": 0.5}, "embedding_mask"),
+])
+def test_mask_granularity_batch_is_accepted_and_used_by_the_schemes_that_draw_those_masks(name, p, key):
+    torch.manual_seed(0)
+    dropout = scheme(name, **p, **{key: "batch"})
+    if key == "locked_mask":  # one fixed-over-time mask shared by the batch
+        assert dropout.layer_masks(x_input(), H, GATES).x.shape == (1, D)
+    else:  # one draw per word type, shared by every sequence of the batch
+        tokens = torch.randint(V, (T, B))
+        mask = dropout.word_type_mask(tokens, V)
+        assert all(mask[tokens == w].unique().numel() == 1 for w in tokens.unique())

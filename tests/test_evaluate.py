@@ -42,6 +42,7 @@ class FixedSamples(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.dummy = torch.nn.Parameter(torch.zeros(1))
+        self.dropout = make_dropout(DropoutConfig(scheme="variational", recurrent=0.5))  # per-sample masks
 
     def initial_state(self, batch, device):
         return None
@@ -106,3 +107,28 @@ def test_frozen_masks_keep_locked_masks_but_not_zaremba_fresh_ones():
         assert torch.equal(a, b) == kept
         c, _ = model(tokens, state, stochastic=True)
         assert not torch.equal(a, c)  # outside the context masks are drawn per call again
+
+
+def test_mc_with_masks_shared_by_the_batch_runs_its_samples_one_by_one():
+    """AWD's weight drop draws one W_hh mask per pass: side by side, all columns would be one sample."""
+    model = model_with("awd", weight=0.5)
+    assert model.dropout.shares_draws_across_batch(word_dropout=False)
+    stream = torch.randint(0, V, (40,))
+    results = []
+    for batch in (8, 1):
+        torch.manual_seed(1)
+        results.append(mc_perplexity(model, stream, samples=8, batch=batch, bptt=8))
+    torch.manual_seed(1)
+    one_sample = mc_perplexity(model, stream, samples=1, batch=1, bptt=8)
+    assert results[0] == results[1] and results[0] != one_sample
+
+
+def test_which_schemes_share_draws_across_the_batch():
+    def shares(word_dropout=False, **config):
+        return make_dropout(DropoutConfig(**config)).shares_draws_across_batch(word_dropout)
+
+    assert not shares(scheme="variational", input=0.5, recurrent=0.5, embedding=0.5)
+    assert shares(scheme="variational", input=0.5, locked_mask="batch")
+    assert not shares(scheme="variational", embedding=0.5, embedding_mask="batch")  # word types off in MC
+    assert shares(True, scheme="variational", embedding=0.5, embedding_mask="batch")
+    assert shares(scheme="awd", weight=0.5) and not shares(scheme="awd", input=0.5)

@@ -20,7 +20,11 @@ rescaling. What differs between schemes is where masks go, their shape, and how 
 
 "Per minibatch" means per truncated-BPTT segment: masks are redrawn for every 35-step minibatch
 while the hidden state is carried over from the previous one (Gal's ``main_new_dropout_SOTA_v3.lua``).
-MC dropout evaluation (``eval=mc``) draws masks exactly as training does.
+MC dropout evaluation (``eval=mc``) uses the training scheme's masks, recurrent ones included, but by
+default does not draw them as training does: each sample keeps its fixed-over-time masks for the whole
+test stream (``eval.mc_masks=stream``, as Gal's ``run_MC_test``; ``minibatch`` redraws them every
+minibatch, as in training; Zaremba's per-step masks are fresh either way), and word-type dropout is off
+(``eval.word_dropout=false``, as in Gal's code).
 
 Each scheme is a :class:`DropoutScheme`; ``make_dropout`` is the one factory. Layers receive
 their masks as a :class:`LayerMasks`; the scheme decides shapes, the layer only multiplies.
@@ -50,8 +54,9 @@ class DropoutConfig:
     (Moon only); ``weight`` drops entries of each W_hh (AWD's weight drop / DropConnect).
     ``embedding_mask`` and ``locked_mask`` say whether word-type and fixed-over-time masks are drawn
     per ``sample`` (Gal) or once per ``batch`` and shared by its sequences (AWD's reference code
-    for word types). ``per_gate`` gives every gate its own masks (Gal's untied-weights variant, eq. 5);
-    only the variational scheme has per-gate masks, for the others tied and untied cells are identical.
+    for word types); ``batch`` is refused for schemes that draw no such masks. ``per_gate`` gives every
+    gate its own masks (Gal's untied-weights variant, eq. 5); only the variational scheme has per-gate
+    masks, for the others tied and untied cells are identical.
     ``cell_scale`` says where Moon's 1/(1-p) goes (see :class:`MoonDropout`).
     """
 
@@ -78,6 +83,13 @@ class DropoutConfig:
         "awd": ("embedding", "input", "hidden", "output", "weight"),
     }
     SITES = ("embedding", "input", "hidden", "recurrent", "output", "cell", "weight")
+    # Schemes that read each mask granularity; elsewhere a non-default one would silently do nothing.
+    # Only Gal's and AWD's layers draw fixed-over-time masks through ``locked_mask`` (Moon's cell mask is
+    # always one per sample); word-type masks exist only where the embedding site does.
+    MASK_USERS = {
+        "locked_mask": ("variational", "awd"),
+        "embedding_mask": tuple(name for name, sites in ALLOWED.items() if "embedding" in sites),
+    }
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
@@ -88,6 +100,13 @@ class DropoutConfig:
         for key in ("embedding_mask", "locked_mask"):
             if getattr(self, key) not in GRANULARITIES:
                 raise ConfigError(f"dropout.{key}={getattr(self, key)!r}; choose `sample` or `batch`")
+            users = self.MASK_USERS[key]
+            if getattr(self, key) != "sample" and self.scheme not in users:  # `sample` is the default
+                what = "fixed-over-time" if key == "locked_mask" else "word-type"
+                raise ConfigError(
+                    f"dropout.{key}={getattr(self, key)} does nothing with scheme {self.scheme!r}: {what} "
+                    f"masks are drawn only by schemes {', '.join(users)}; drop the override or pick one of those"
+                )
         if self.cell_scale not in CELL_SCALES:
             raise ConfigError(f"dropout.cell_scale={self.cell_scale!r}; choose `h` (vdrnn's Moon) or `c`")
         if self.cell_scale != "h" and self.scheme != "moon":
@@ -162,6 +181,14 @@ class DropoutScheme:
     def word_type_mask(self, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor | None:
         """Mask [T, B, 1] for the embeddings of ``tokens`` [T, B], or None."""
         return None
+
+    def shares_draws_across_batch(self, word_dropout: bool) -> bool:
+        """Does one draw serve every sequence of a forward pass: AWD's weight drop (one W_hh mask per
+        minibatch), ``locked_mask=batch``, or ``embedding_mask=batch`` with word-type dropout on? Then the
+        columns of one batch are not independent samples, and MC dropout must run its samples one by one."""
+        c = self.config
+        return (c.weight > 0 or c.locked_mask == "batch"
+                or (word_dropout and c.embedding > 0 and c.embedding_mask == "batch"))
 
     def drop_words(self, embedded: torch.Tensor, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
         """The embeddings ``embedded`` [T, B, E] of ``tokens`` with this minibatch's word-type mask applied."""

@@ -11,12 +11,14 @@ recurrent ones included, and the predictive probability of each token averaged o
 Probabilities are averaged, not log-probabilities: averaging logs estimates something else (the
 geometric mean), which is never better by Jensen's inequality. The K passes are run side by side:
 the test stream is replicated as K columns of one batch, each column with its own masks and its
-own hidden state, so 1,000 samples cost one pass over the stream at batch 1,000. As in Gal's code,
+own hidden state, so 1,000 samples cost one pass over the stream at batch 1,000 (a scheme whose masks
+are shared by the batch, such as AWD's weight drop, runs its samples one by one instead). As in Gal's code,
 each sample keeps its masks for the whole stream by default (``eval.mc_masks=stream``).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from contextlib import nullcontext
 
@@ -25,6 +27,8 @@ import torch.nn.functional as F
 
 from vdrnn.data.ptb import batchify, minibatches
 from vdrnn.model import LanguageModel
+
+log = logging.getLogger("vdrnn")
 
 
 def autocast(device: torch.device, amp: str):
@@ -55,6 +59,16 @@ def perplexity(model: LanguageModel, stream: torch.Tensor, batch_size: int, bptt
     return exp_or_inf(total.item() / count)
 
 
+def samples_side_by_side(model, batch: int, word_dropout: bool) -> int:
+    """How many MC samples may share one forward pass: ``batch``, or 1 where the scheme draws one mask for the
+    whole batch (the columns would then all be the same sample)."""
+    if batch > 1 and model.dropout.shares_draws_across_batch(word_dropout):
+        log.warning("MC dropout: %s draws masks shared by the whole batch, so its samples run one per pass "
+                    "(eval.batch=%d does not apply)", model.dropout.config.scheme, batch)
+        return 1
+    return batch
+
+
 @torch.no_grad()
 def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batch: int, bptt: int,
                   word_dropout: bool = False, amp: str = "off", masks: str = "stream") -> float:
@@ -66,6 +80,7 @@ def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batc
     """
     device = next(model.parameters()).device
     stream = stream.to(device)
+    batch = samples_side_by_side(model, batch, word_dropout)
     # prob_sum[t] = sum over samples of p(stream[t + 1] | stream[: t + 1]).
     prob_sum = torch.zeros(stream.numel() - 1, device=device, dtype=torch.float64)
     done = 0

@@ -7,15 +7,17 @@ their *probabilities* (classification) or predictions (regression):
     p_MC(y | x) = 1/K sum_k softmax(f(x; masks_k))      then accuracy, NLL, ECE, entropy of p_MC
 
 Averaging probabilities, not logits or log-probabilities, is what makes it the MC estimate of the
-predictive distribution. The passes run side by side: each minibatch of reviews is replicated as many
-times as fit in ``data.eval_batch_size`` sequences, each copy drawing its own per-sample masks.
+predictive distribution. The passes run side by side: each review of a minibatch is replicated
+min(samples, ``eval.batch``) times, each copy drawing its own per-sample masks, and a minibatch holds
+``data.eval_batch_size`` // replicas reviews (one at least). A scheme whose masks are shared by the batch
+(AWD's weight drop, ``*_mask=batch``) runs its passes one at a time instead.
 """
 
 from __future__ import annotations
 
 import torch
 
-from vdrnn.evaluate import autocast
+from vdrnn.evaluate import autocast, samples_side_by_side
 from vdrnn.sentiment.config import SentimentRunConfig
 from vdrnn.sentiment.data import CLASSIFICATION, Split, TaskData, minibatches
 from vdrnn.sentiment.metrics import classification_metrics, rmse
@@ -44,7 +46,7 @@ def predict_mc(model: SentimentModel, split: Split, kind: str, samples: int, sam
                batch_size: int, word_dropout: bool = False, amp: str = "off") -> torch.Tensor:
     """MC-dropout predictions: the mean over ``samples`` stochastic passes, ``samples_per_pass`` at a time."""
     device = next(model.parameters()).device
-    replicas = min(samples, samples_per_pass)
+    replicas = min(samples, samples_side_by_side(model, samples_per_pass, word_dropout))
     reviews = max(1, batch_size // replicas)  # sequences per pass = reviews x replicas
     out = []
     for tokens, lengths, _ in minibatches(split, reviews, shuffle=False):
