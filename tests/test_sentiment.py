@@ -121,30 +121,49 @@ def test_rmse_in_rating_units():
     assert rmse(torch.tensor([1.0, -1.0]), torch.tensor([0.0, 0.0]), scale=0.2) == pytest.approx(0.2)
 
 
-class TwoFaced(nn.Module):
-    """Logits A on the first half of the columns of each call and B on the second (or A then B by call)."""
+def sample_logits(review: int, sample: int) -> torch.Tensor:
+    """The logits a stochastic pass gives review ``review`` on its ``sample``-th draw: different for every
+    review and every draw, and far enough apart that averaging logits and averaging probabilities differ."""
+    return torch.tensor([3.0 * (review + 1) * (-1) ** sample, float(review + sample)])
 
-    def __init__(self, a, b):
+
+class PerReviewFake(nn.Module):
+    """Logits by (review, draw): the review is read off its tokens (id review + 2) and each review's draws
+    are counted column by column, so the outputs do not depend on how predict_mc lays the copies out."""
+
+    def __init__(self):
         super().__init__()
         self.anchor = nn.Parameter(torch.zeros(()))  # gives predict_mc a device
-        self.a, self.b, self.calls = torch.tensor(a), torch.tensor(b), 0
+        self.dropout = make_dropout(DropoutConfig(scheme="variational", recurrent=0.5))  # per-sample masks
+        self.draws: dict[int, int] = {}
 
     def forward(self, tokens, lengths, stochastic, word_dropout):
-        n = tokens.shape[1]
-        self.calls += 1
-        if n == 1:  # one replica per call: alternate by call
-            return (self.a if self.calls % 2 else self.b).expand(1, 2)
-        return torch.cat([self.a.expand(n // 2, 2), self.b.expand(n - n // 2, 2)])
+        assert stochastic
+        out = []
+        for review in (tokens[0] - 2).tolist():
+            sample = self.draws.get(review, 0)
+            self.draws[review] = sample + 1
+            out.append(sample_logits(review, sample))
+        return torch.stack(out)
 
 
-@pytest.mark.parametrize("per_pass", [1, 2])
-def test_mc_averages_probabilities_not_logits(per_pass):
-    a, b = [4.0, 0.0], [0.0, 1.0]
-    split = Split(torch.ones(1, 3, dtype=torch.long), torch.tensor([3]), torch.tensor([0]))
-    got = predict_mc(TwoFaced(a, b), split, CLASSIFICATION, samples=2, samples_per_pass=per_pass, batch_size=8)
-    expected = (torch.tensor(a).softmax(0) + torch.tensor(b).softmax(0)) / 2
-    assert torch.allclose(got[0], expected, atol=1e-6)
-    assert not torch.allclose(got[0], ((torch.tensor(a) + torch.tensor(b)) / 2).softmax(0), atol=1e-3)
+@pytest.mark.parametrize("reviews,samples,per_pass,batch_size", [
+    (3, 2, 1, 8),  # one copy per pass: 8 reviews side by side
+    (3, 2, 2, 8),  # both copies in one pass: 4 reviews per pass, so all 3 in one
+    (5, 3, 2, 4),  # 2 reviews per pass (minibatches of 2, 2, 1); 2 copies, then the third draw alone
+    (4, 3, 3, 12),  # 3 copies of 4 reviews in one pass
+])
+def test_mc_averages_probabilities_not_logits(reviews, samples, per_pass, batch_size):
+    tokens = (torch.arange(reviews) + 2).unsqueeze(1).expand(reviews, 3).contiguous()
+    split = Split(tokens, torch.full((reviews,), 3), torch.zeros(reviews, dtype=torch.long))
+    fake = PerReviewFake()
+    got = predict_mc(fake, split, CLASSIFICATION, samples=samples, samples_per_pass=per_pass, batch_size=batch_size)
+    assert got.shape == (reviews, 2) and fake.draws == {i: samples for i in range(reviews)}
+    for i in range(reviews):
+        draws = [sample_logits(i, s) for s in range(samples)]
+        expected = sum(logits.softmax(0) for logits in draws) / samples
+        assert torch.allclose(got[i], expected, atol=1e-6), f"review {i}: {got[i]} != {expected}"
+        assert not torch.allclose(got[i], (sum(draws) / samples).softmax(0), atol=1e-3)  # not the mean logit
 
 
 @pytest.mark.parametrize("raw_change,message", [
@@ -153,6 +172,14 @@ def test_mc_averages_probabilities_not_logits(per_pass):
     ({"data": {"name": "imdb", "test_fraction": 0.2}}, "IMDB has its own 25,000-review test set"),
     ({"data": {"name": "scale"}}, "data.test_fraction=None must be in"),
     ({"model": {"tie_weights": True}}, "model.tie_weights=true"),
+    # Keys only the language model reads: a sentiment run would otherwise ignore them without a word.
+    ({"init_from": "lm/best.pt"}, r"init_from=lm/best.pt: sentiment runs do not take init_from"),
+    ({"trainer": {"optimizer": "adam", "loss": "mean"}},
+     r"trainer.loss=mean is for language models \(dataset=ptb\).*default: trainer.loss=sum_over_time"),
+    ({"trainer": {"optimizer": "adam", "cuda_graph": "off"}}, r"trainer.cuda_graph=off is for language models"),
+    ({"trainer": {"optimizer": "adam", "nonmono": 3}}, r"trainer.nonmono=3 is for language models"),
+    ({"trainer": {"optimizer": "adam", "stop_nonmono": True}}, r"trainer.stop_nonmono=True is for language models"),
+    ({"eval": {"mc_masks": "minibatch"}}, r"eval.mc_masks=minibatch is for language models \(dataset=ptb\)"),
 ])
 def test_bad_sentiment_settings_are_refused_with_the_fix(raw_change, message):
     from vdrnn.sentiment.config import from_dict
@@ -162,6 +189,19 @@ def test_bad_sentiment_settings_are_refused_with_the_fix(raw_change, message):
     raw.update(raw_change)
     with pytest.raises(ConfigError, match=message):
         from_dict(raw)
+
+
+def test_language_model_keys_at_their_defaults_are_accepted():
+    """The composed config always carries them (conf/config.yaml), so only a changed value is an error."""
+    from vdrnn.sentiment.config import from_dict
+
+    raw = {"data": {"name": "imdb"}, "model": {}, "cell": {"type": "gru", "gates": "tied"},
+           "dropout": {"scheme": "none"}, "init_from": None,
+           "trainer": {"optimizer": "adam", "loss": "sum_over_time", "cuda_graph": "auto", "nonmono": 5,
+                       "stop_nonmono": False},
+           "eval": {"mode": "mc", "mc_masks": "stream"}}
+    cfg = from_dict(raw)
+    assert cfg.trainer.loss == "sum_over_time" and cfg.eval.mc_masks == "stream"
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
@@ -190,3 +230,17 @@ def test_keras_init_is_gal_scripts_layer_defaults(cell):
 def test_unknown_init_names_the_choices():
     with pytest.raises(ConfigError, match="uniform, awd, keras"):
         SentimentModelConfig(init="glorot")
+
+
+def test_mc_with_masks_shared_by_the_batch_runs_its_passes_one_by_one():
+    torch.manual_seed(0)
+    config = SentimentModelConfig(hidden_size=8, impl="reference")
+    shared = make_dropout(DropoutConfig(scheme="variational", input=0.5, recurrent=0.5, locked_mask="batch"))
+    model = SentimentModel(20, 2, config, shared)
+    split = Split(torch.randint(2, 20, (6, 7)), torch.full((6,), 7), torch.zeros(6, dtype=torch.long))
+    results = []
+    for per_pass in (8, 1):
+        torch.manual_seed(1)
+        results.append(predict_mc(model, split, CLASSIFICATION, samples=8, samples_per_pass=per_pass,
+                                  batch_size=48))
+    assert torch.equal(results[0], results[1])

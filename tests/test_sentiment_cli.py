@@ -94,6 +94,27 @@ def test_scale_regression_run_reports_rmse_both_ways(tmp_path, scale_dir):
     assert metrics["config"]["data"]["name"] == "scale" and metrics["mc_samples"] == 3
 
 
+@pytest.mark.parametrize("dataset,selector", [("imdb", "nll"), ("scale", "rmse")])
+def test_train_returns_the_selection_score_for_a_sweeper(tmp_path, monkeypatch, request, dataset, selector):
+    """A Hydra sweeper (e.g. Optuna) minimises what `train` returns: a sentiment run's best_valid_nll or _rmse."""
+    from types import SimpleNamespace
+
+    from hydra import compose, initialize_config_module
+
+    from vdrnn import cli
+
+    root = request.getfixturevalue("imdb_dir" if dataset == "imdb" else "scale_dir")
+    with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
+        cfg = compose(config_name="config",
+                      overrides=[f"dataset={dataset}", *SMALL, "trainer.epochs=1", f"data.root={root}"])
+    # Called in-process to see the return value, outside a Hydra run: give it the run's output dir.
+    runtime = SimpleNamespace(runtime=SimpleNamespace(output_dir=str(tmp_path)))
+    monkeypatch.setattr(cli, "HydraConfig", SimpleNamespace(get=lambda: runtime))
+    score = cli.train_command(cfg)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert isinstance(score, float) and score == metrics[f"best_valid_{selector}"]
+
+
 @pytest.mark.parametrize("args,message", [
     (["cell=gru", "dropout=moon"], "dropout=moon cannot run on cell=gru"),
     (["data.root=MISSING"], "lacks train.jsonl.gz, test.jsonl.gz"),

@@ -149,6 +149,8 @@ def lstm_reference(
 # Same design as the LSTM above: the layer holds the stock module (cuDNN on CUDA when the recurrence
 # is unmasked, and checkpoints load into a stock nn.GRU / nn.RNN) and masked recurrences run a
 # reference step loop on the very same weights. They have no cell state, so Moon's c-mask does not apply.
+# Sharing those weights means the GRU is PyTorch's, reset gate applied after the recurrent product, not
+# the Keras GRU of Gal's scripts (reset before it); only the masks are Gal's.
 
 GRU_GATES = 3  # r, z, n, as torch.nn.GRU
 RNN_GATES = 1
@@ -156,18 +158,21 @@ RNN_GATES = 1
 
 def gru_reference(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...],
                   masks: LayerMasks) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gal's variational GRU, step by step; x [T, B, D], h0 [B, H] -> (outputs [T, B, H], h_T).
+    """nn.GRU's cell with Gal's masks, step by step; x [T, B, D], h0 [B, H] -> (outputs [T, B, H], h_T).
 
         r = sigma(W_ir (x_t * z_x^r) + b_ir + W_hr (h_{t-1} * z_h^r) + b_hr)
         z = sigma(W_iz (x_t * z_x^z) + b_iz + W_hz (h_{t-1} * z_h^z) + b_hz)
         n = tanh(W_in (x_t * z_x^n) + b_in + r * (W_hn (h_{t-1} * z_h^n) + b_hn))
         h_t = (1 - z) * n + z * h_{t-1}
 
-    Tied gates use one z_x [B, D] and one z_h [B, H] for r, z and n; untied (``masks.per_gate``)
-    a separate mask per gate, [B, 3, D] and [B, 3, H]. Masks are per sample and fixed over time;
-    z_x may also be Zaremba's fresh-per-step [T, B, D]. The masks act on the inputs of the products
-    only: the interpolation z * h_{t-1} uses the undropped state (as Gal's GRU). Products may run in
-    low precision under autocast; gate sums and h_t stay fp32.
+    The cell is torch.nn.GRU's (cuDNN's), so the layer's weights are a stock nn.GRU's: the reset gate
+    scales the recurrent product, r * (W_hn h + b_hn), where the Keras GRU of Gal's scripts resets the
+    state before the product, tanh(x_h + U_h (r * h_{t-1} * z_h)). The masks are Gal's: per sample and
+    fixed over time; tied gates use one z_x [B, D] and one z_h [B, H] for r, z and n, untied
+    (``masks.per_gate``) a separate mask per gate, [B, 3, D] and [B, 3, H]. z_x may also be Zaremba's
+    fresh-per-step [T, B, D]. The masks act on the inputs of the products only: the interpolation
+    z * h_{t-1} uses the undropped state, as in Keras. Products may run in low precision under
+    autocast; gate sums and h_t stay fp32.
     """
     w_ih, w_hh, b_ih, b_hh = params
     x_proj = masked_linear(x, w_ih, b_ih, masks.x, masks.per_gate)

@@ -1,12 +1,13 @@
 """Typed, validated views of a sentiment run's config (``dataset=imdb`` or ``dataset=scale``).
 
-The trainer, eval and dropout groups mean what they mean for PTB (:mod:`vdrnn.config`); the data and
-model nodes have their own dataclasses here, since a classifier has no BPTT and may use a GRU or RNN.
+The trainer, eval and dropout groups mean what they mean for PTB (:mod:`vdrnn.config`), less the keys
+only a language model reads (refused here off their defaults); the data and model nodes have their own
+dataclasses here, since a classifier has no BPTT and may use a GRU or RNN.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from vdrnn.config import EvalConfig, TrainerConfig, build, dropout_from, model_from
@@ -18,6 +19,11 @@ DATASETS = ("imdb", "scale")
 # Schemes whose masks a GRU or tanh RNN can take; Moon drops the LSTM's cell state c_t, and the
 # layers without one would have nowhere to put it.
 SINGLE_STATE_SCHEMES = ("none", "zaremba", "variational")
+# Settings that only the language model's trainer and MC test read (vdrnn/train.py, vdrnn/evaluate.py): how
+# the LM loss is reduced over BPTT steps, CUDA-graph capture of the LM step, NT-ASGD's trigger and whether
+# MC masks are kept over a test stream. A sentiment run would ignore them without a word, so any value but
+# the default is refused. (trainer.ar and trainer.tar have their own message in from_dict.)
+LM_ONLY = {"trainer": ("loss", "cuda_graph", "nonmono", "stop_nonmono"), "eval": ("mc_masks",)}
 
 
 @dataclass(frozen=True)
@@ -25,7 +31,9 @@ class SentimentDataConfig:
     name: str = "imdb"
     root: str | None = None
     batch_size: int = 128
-    eval_batch_size: int = 1000  # sequences per evaluation pass (MC: reviews x samples side by side)
+    # Sequences per evaluation pass. MC: each review runs as min(eval.samples, eval.batch) replicas, so a
+    # pass holds max(1, eval_batch_size // replicas) reviews (more sequences than this if replicas exceed it).
+    eval_batch_size: int = 1000
     max_length: int = 200  # tokens kept per review (IMDB) or per chunk (scale)
     vocab_size: int = 20_000  # including <pad> and <unk>
     valid_fraction: float = 0.1  # of the training reviews, held out for model selection
@@ -98,14 +106,31 @@ def from_dict(raw: dict[str, Any]) -> SentimentRunConfig:
     if trainer.ar or trainer.tar:
         raise ConfigError("trainer.ar and trainer.tar are AWD's penalties on a language model's outputs over time; "
                           "a sentiment model reads one step: set them to 0")
+    evaluation = build(EvalConfig, raw["eval"], "eval")
+    for where, config in (("trainer", trainer), ("eval", evaluation)):
+        refuse_lm_only(where, config)
+    if raw.get("init_from"):
+        raise ConfigError(f"init_from={raw['init_from']}: sentiment runs do not take init_from, which starts a "
+                          f"new language-model run (dataset=ptb) from trained weights. Drop it; to continue an "
+                          f"interrupted sentiment run, use resume=PATH to its last.pt")
     return SentimentRunConfig(
         data=build(SentimentDataConfig, raw["data"], "data"),
         model=model,
         dropout=dropout,
         trainer=trainer,
-        eval=build(EvalConfig, raw["eval"], "eval"),
+        eval=evaluation,
         seed=int(raw.get("seed", 1)),
         device=str(raw.get("device", "auto")),
         resume=raw.get("resume"),
         checkpoint=raw.get("checkpoint"),
     )
+
+
+def refuse_lm_only(where: str, config: TrainerConfig | EvalConfig) -> None:
+    """A ConfigError for the first language-model-only key of ``config`` (group ``where``) off its default."""
+    defaults = {f.name: f.default for f in fields(config)}
+    for key in LM_ONLY[where]:
+        value = getattr(config, key)
+        if value != defaults[key]:
+            raise ConfigError(f"{where}.{key}={value} is for language models (dataset=ptb); a sentiment run never "
+                              f"reads it: drop the override (default: {where}.{key}={defaults[key]})")
