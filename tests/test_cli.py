@@ -51,9 +51,12 @@ def test_tensorboard_events_read_back_with_hparams_in_the_same_file(ptb_run):
     assert [e.step for e in acc.Scalars("train/loss")] == [4, 8, 12]
     test_ppl = json.loads((run / "metrics.json").read_text())["test_ppl"]
     assert acc.Scalars("test/ppl")[-1].value == pytest.approx(test_ppl, rel=1e-5)
-    assert "hparams" in acc.PluginTagToContent("hparams") or acc.PluginTagToContent("hparams")
-    content = b"".join(acc.PluginTagToContent("hparams").values())
-    assert b"dropout.recurrent" in content and b"test/ppl_mc" in content
+    # The hparams table, in this run's file: the experiment (its columns: the config keys and the final
+    # tags) and this session's start (the values) and end, as tracking.RunLogger writes them.
+    hp = acc.PluginTagToContent("hparams")
+    assert set(hp) == {"_hparams_/experiment", "_hparams_/session_start_info", "_hparams_/session_end_info"}
+    assert b"dropout.recurrent" in hp["_hparams_/experiment"] and b"test/ppl_mc" in hp["_hparams_/experiment"]
+    assert b"dropout.recurrent" in hp["_hparams_/session_start_info"]
 
 
 def test_eval_command_reproduces_the_weight_scaling_numbers(ptb_run, ptb_dir):

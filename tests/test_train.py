@@ -51,7 +51,14 @@ def test_nt_asgd_switches_to_averaging_on_the_non_monotone_trigger(tmp_path, tin
     for score in (40.0, 39.0, 38.0):  # improving: plain SGD goes on
         t.after_validation(score)
     assert not t.averaging and isinstance(t.optimizer, torch.optim.SGD)
-    t.after_validation(41.0)  # worse than the best of all epochs but the last two (40): switch
+    t.after_validation(39.5)  # worse than the last two, but not than the best before them (40): no switch
+    assert not t.averaging and isinstance(t.optimizer, torch.optim.SGD)
+    t.after_validation(41.0)  # worse than the best of all epochs but the last two (39): switch
+    assert t.averaging and isinstance(t.optimizer, torch.optim.ASGD) and t.extra_state()["averaging"]
+    assert not t.stopped_early()  # ntasgd switches; only stop_nonmono stops
+    averaged = t.optimizer
+    t.after_validation(50.0)  # a later trigger must not restart the averages with a new optimizer
+    assert t.optimizer is averaged
 
 
 def test_fine_tuning_averages_from_the_start_and_stops_on_the_trigger(tmp_path, tiny_corpus):
