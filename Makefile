@@ -32,7 +32,7 @@ tensorboard: ## compare runs: make tensorboard LOGDIR=multirun/2026-11-26
 bench: ## time a training step against cuDNN (needs CUDA)
 	$(PYTHON) scripts/bench.py $(ARGS)
 
-reproduce-medium: ## every Table 1 row, medium model, 2 seeds (ARGS="--gpus 0 1" spreads them); rerun to resume; report in results/ptb/medium
+reproduce-medium: ## every Table 1 row, medium model, 2 seeds (ARGS="--gpus 0 1 -- trainer.amp=bf16": GPUs, then overrides); rerun to resume; report in runs/ptb-medium/report
 	$(PYTHON) scripts/reproduce.py --size medium --seeds 1 2 $(ARGS)
 
 reproduce-large: ## the same for the large model

@@ -36,3 +36,9 @@ def test_reproduce_spreads_the_rows_over_gpus_reports_them_and_skips_finished_jo
         rows = [(r["row"], r["seeds"]) for r in csv.DictReader(f)]
     assert rows == [("Zaremba et al. 2014", "1"), ("Variational (tied weights)", "1")]
     assert "0 job(s) to run" in reproduce(*args, cwd=tmp_path)
+
+
+def test_a_failed_job_makes_the_script_fail(tmp_path):
+    result = subprocess.run([sys.executable, str(SCRIPT), "--experiments", "no_such_preset", "--root", "runs"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and "FAILED" in result.stdout and "1 job(s) failed" in result.stderr
