@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import statistics
 import sys
@@ -102,8 +103,10 @@ def make_step(model, optimizer, hidden: int, variant: str, amp: str):
     return step
 
 
+STEP_VARIANTS = ("cudnn", "reference-tied", "reference-untied", "fast-tied", "fast-untied", "fast-eager-tied")
+
+
 def bench_configs(args, best: dict) -> list[dict]:
-    variants = ["cudnn", "reference-tied", "reference-untied", "fast-tied", "fast-untied", "fast-eager-tied"]
     rows = []
     gen = torch.Generator().manual_seed(0)
     batches = [tuple(torch.randint(0, VOCAB, (BPTT, BATCH), generator=gen).cuda() for _ in range(2))
@@ -114,7 +117,7 @@ def bench_configs(args, best: dict) -> list[dict]:
         for amp in args.amp:
             for knob, value in zip(KNOBS, best.get((hidden, amp), [getattr(fused, k) for k in KNOBS]), strict=True):
                 setattr(fused, knob, value)  # the sweep's fastest block shape, if there was a sweep
-            for variant in variants:
+            for variant in STEP_VARIANTS:
                 if variant not in args.variants:
                     continue
                 torch.manual_seed(0)
@@ -447,11 +450,10 @@ def mc_timing(data_dir: str, samples: int, batch: int, impls: list[str], amps: l
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/bench", help="folder for bench.md and bench.json")
-    parser.add_argument("--hidden", type=int, nargs="+", default=[650, 1500])
+    parser.add_argument("--hidden", type=int, nargs="+", default=[650, 1500], choices=sorted(CLIP),
+                        help="model sizes (the medium and large models' clip and init are known)")
     parser.add_argument("--amp", nargs="+", default=["off", "bf16"], choices=["off", "bf16"])
-    parser.add_argument("--variants", nargs="+",
-                        default=["cudnn", "reference-tied", "reference-untied", "fast-tied", "fast-untied",
-                                 "fast-eager-tied"])
+    parser.add_argument("--variants", nargs="+", default=list(STEP_VARIANTS), choices=STEP_VARIANTS)
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--check", action="store_true", help="compare fast vs reference on the GPU first")
@@ -459,7 +461,8 @@ def main() -> None:
     parser.add_argument("--mc-batch", type=int, default=1000)
     parser.add_argument("--mc-impls", nargs="+", default=["fast", "reference"], choices=["fast", "reference"])
     parser.add_argument("--mc-amp", nargs="+", default=["off"], choices=["off", "bf16"])
-    parser.add_argument("--data", default=".devdata/ptb", help="folder holding ptb.{train,test}.txt (for --mc)")
+    parser.add_argument("--data", default=str(Path(os.environ.get("VDRNN_DATA_DIR", "../shared/data")) / "ptb"),
+                        help="folder holding ptb.{train,test}.txt, for --mc (default: $VDRNN_DATA_DIR/ptb)")
     parser.add_argument("--no-steps", action="store_true", help="skip the training-step table")
     parser.add_argument("--gru", action="store_true", help="also time one masked GRU layer, fused vs reference")
     parser.add_argument("--sweep", action="store_true", help="also time the fused layer per block shape")
@@ -469,6 +472,8 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench.py needs CUDA")
+    if args.mc and not (Path(args.data) / "ptb.test.txt").exists():  # fail now, not after the step table
+        sys.exit(f"--mc needs the PTB files in --data {args.data} (ptb.train.txt, ptb.test.txt)")
     import triton
 
     torch.backends.cuda.matmul.allow_tf32 = True
