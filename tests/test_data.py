@@ -73,3 +73,11 @@ def test_minibatches_shift_targets_by_one_and_cover_the_stream():
     for x, y in batches:
         assert torch.equal(y, x + 1)
     assert torch.cat([y for _, y in batches])[:, 0].tolist() == list(range(1, 10))
+
+
+def test_a_partly_filled_data_dir_names_the_missing_file(tmp_path, monkeypatch):
+    (tmp_path / "ptb").mkdir()
+    (tmp_path / "ptb" / "ptb.train.txt").write_text("a b\n")
+    monkeypatch.setenv("VDRNN_DATA_DIR", str(tmp_path))
+    with pytest.raises(DataError, match=r"\$VDRNN_DATA_DIR/ptb: .* lacks ptb.valid.txt, ptb.test.txt"):
+        ptb.resolve_dir(None)

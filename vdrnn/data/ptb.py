@@ -33,9 +33,6 @@ class Corpus:
     valid: torch.Tensor
     test: torch.Tensor
 
-    def split(self, name: str) -> torch.Tensor:
-        return {"train": self.train, "valid": self.valid, "test": self.test}[name]
-
 
 def file_names() -> list[str]:
     return [f"ptb.{split}.txt" for split in SPLITS]
@@ -50,7 +47,8 @@ def resolve_dir(root: str | None) -> Path:
     env = os.environ.get("VDRNN_DATA_DIR")
     if env:
         folder = Path(env).expanduser() / "ptb"
-        if all((folder / f).is_file() for f in file_names()):
+        if folder.is_dir():  # a ptb folder there is meant to be used: a missing file in it is an error, not a skip
+            _require_files(folder, "$VDRNN_DATA_DIR/ptb")
             return folder
     cache = Path.home() / ".cache" / "vdrnn" / "ptb"
     if all((cache / f).is_file() for f in file_names()):
