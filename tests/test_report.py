@@ -1,15 +1,18 @@
-"""`vdrnn report` on small real runs: seeds grouped, paper numbers beside ours, table files and a plot."""
+"""`vdrnn report` on small real runs: seeds grouped, paper numbers beside ours, table files and a plot; and on
+made-up PTB runs: the overrides and epochs of every seed."""
 
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 from conftest import TINY, run_cli
 
-pytestmark = pytest.mark.slow
+from vdrnn import report
 
 
+@pytest.mark.slow
 def test_report_groups_seeds_and_sets_paper_numbers_beside_ours(tmp_path, tiny_corpus):
     tiny = [a for a in TINY if not a.startswith("model=")]
     run_cli("train", "-m", "experiment=medium_zaremba,medium_variational", "seed=1,2", *tiny,
@@ -31,11 +34,13 @@ def test_report_groups_seeds_and_sets_paper_numbers_beside_ours(tmp_path, tiny_c
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
 
 
+@pytest.mark.slow
 def test_report_without_runs_says_so(tmp_path):
     result = run_cli("report", str(tmp_path), cwd=tmp_path, check=False)
     assert result.returncode != 0 and "no metrics.json under" in result.stderr
 
 
+@pytest.mark.slow
 def test_report_keeps_the_points_of_a_dropout_grid_apart(tmp_path, tiny_corpus):
     tiny = [a for a in TINY if not a.startswith("model=")]
     run_cli("train", "-m", "experiment=medium_variational", "dropout.input=0.3,0.4", "dropout.output=0.4", *tiny,
@@ -45,3 +50,68 @@ def test_report_keeps_the_points_of_a_dropout_grid_apart(tmp_path, tiny_corpus):
         rows = [(r["row"], r["dropout"], r["seeds"]) for r in csv.DictReader(f)]
     assert rows == [("Variational (tied weights)", "emb 0.2, in 0.3, h 0.2, out 0.4", "1"),
                     ("Variational (tied weights)", "emb 0.2, in 0.4, h 0.2, out 0.4", "1")]
+
+
+MEDIUM_VARIATIONAL = {"scheme": "variational", "embedding": 0.2, "input": 0.5, "recurrent": 0.2, "output": 0.5}
+
+
+def fake_ptb_run(folder, seed, overrides, epochs=39, time_limited=False, dropout=MEDIUM_VARIATIONAL):
+    """A finished medium PTB run, with Hydra's record of its command line (a list of strings)."""
+    folder.mkdir(parents=True)
+    config = {"data": {"name": "ptb"}, "model": {"hidden_size": 650}, "dropout": dropout, "seed": seed,
+              "trainer": {"epochs": 39, "max_minutes": 30 if time_limited else None}}
+    metrics = {"valid_ppl": 82.0 + seed, "test_ppl": 79.0 + seed, "epochs": epochs, "time_limited": time_limited,
+               "train_seconds": 600, "wps": 50_000, "config": config}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    (folder / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+
+
+def ptb_rows(tmp_path) -> list[dict[str, str]]:
+    report.write_report([tmp_path / "runs"], tmp_path / "out")
+    with open(tmp_path / "out" / "table.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_the_overrides_column_lists_every_seeds_overrides_and_names_those_only_some_made(tmp_path):
+    runs = tmp_path / "runs"
+    fake_ptb_run(runs / "s1", 1, ["experiment=medium_variational", "seed=1", "eval.samples=100", "trainer.clip=5",
+                                  "trainer.max_minutes=13"])
+    fake_ptb_run(runs / "s2", 2, ["experiment=medium_variational", "seed=2", "eval.samples=100",
+                                  "trainer.max_minutes=14"])
+    fake_ptb_run(runs / "s3", 3, ["experiment=medium_variational", "seed=3", "eval.samples=100", "trainer.clip=5",
+                                  "trainer.max_minutes=14"])
+    [row] = ptb_rows(tmp_path)
+    assert row["seeds"] == "3"
+    # Made by every seed: as is; by some: which (first-seen order, the seeds in the row's order).
+    assert row["overrides"] == ("eval.samples=100, trainer.clip=5 (seeds 1 and 3), trainer.max_minutes=13 (seed 1), "
+                                "trainer.max_minutes=14 (seeds 2 and 3)")
+
+
+def test_the_overrides_column_says_which_seed_kept_no_record(tmp_path):
+    runs = tmp_path / "runs"
+    fake_ptb_run(runs / "s1", 1, ["trainer.clip=5"])
+    fake_ptb_run(runs / "s2", 2, [])
+    (runs / "s2" / "overrides.yaml").unlink()  # its command line is unknown, not empty
+    [row] = ptb_rows(tmp_path)
+    assert row["overrides"] == "trainer.clip=5 (seed 1), no record (seed 2)"
+
+
+def test_the_ptb_table_shows_the_epochs_so_a_seed_a_time_cap_stopped_early_stands_out(tmp_path):
+    runs = tmp_path / "runs"
+    fake_ptb_run(runs / "s1", 1, [], epochs=39)
+    fake_ptb_run(runs / "s2", 2, [], epochs=29, time_limited=True)  # trainer.max_minutes stopped it
+    fake_ptb_run(runs / "zaremba", 1, [], dropout={"scheme": "zaremba", "input": 0.5, "output": 0.5})
+    rows = {r["dropout"]: r for r in ptb_rows(tmp_path)}
+    assert rows["emb 0.2, in 0.5, h 0.2, out 0.5"]["seeds"] == "2"
+    assert rows["emb 0.2, in 0.5, h 0.2, out 0.5"]["epochs"] == "34 ± 7"
+    assert rows["in 0.5, out 0.5"]["epochs"] == "39"  # one seed: its value
+
+
+def test_dropout_options_the_dropout_column_does_not_show_are_overrides(tmp_path):
+    runs = tmp_path / "runs"
+    moon = {"scheme": "moon", "cell": 0.6, "cell_scale": "c", "locked_mask": "batch"}
+    fake_ptb_run(runs / "moon", 1, ["experiment=medium_moon", "dropout.cell=0.6", "dropout.cell_scale=c",
+                                    "dropout.locked_mask=batch"], dropout=moon)
+    [row] = ptb_rows(tmp_path)
+    assert row["dropout"] == "c 0.6"  # the probability shows here, so not again among the overrides
+    assert row["overrides"] == "dropout.cell_scale=c, dropout.locked_mask=batch"

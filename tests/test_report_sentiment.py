@@ -8,10 +8,10 @@ import json
 from vdrnn import report
 
 
-def fake_run(folder, dataset, cell, scheme, gates, seed, accuracy, p=None, trainer=None):
+def fake_run(folder, dataset, cell, scheme, gates, seed, accuracy, p=None, trainer=None, data=None):
     folder.mkdir(parents=True)
     dropout = {"scheme": scheme, **({"input": p, "recurrent": p} if p else {})}
-    config = {"data": {"name": dataset}, "cell": {"type": cell, "gates": gates}, "dropout": dropout, "seed": seed,
+    config = {"data": {"name": dataset, **(data or {})}, "cell": {"type": cell, "gates": gates}, "dropout": dropout, "seed": seed,
               **({"trainer": trainer} if trainer else {})}
     if dataset == "imdb":
         final = {"test_accuracy": accuracy, "test_nll": 0.3, "test_ece": 0.02, "test_entropy": 0.25,
@@ -59,9 +59,12 @@ def test_runs_that_differ_in_another_setting_are_rows_named_by_it(tmp_path):
         fake_run(runs / f"long{seed}", "imdb", "lstm", "variational", "tied", seed, 0.86,
                  trainer={"epochs": 40, "amp": "off", "progress": seed == 1, "max_minutes": 19 if seed == 1 else None})
     fake_run(runs / "short", "imdb", "lstm", "variational", "tied", 1, 0.85, trainer={"epochs": 20, "amp": "off"})
-    # An option that older runs did not have yet is not a difference.
+    # An option that older runs did not have yet is not a difference, also where conf/config.yaml has no default
+    # to fill it in with (data.* comes from the dataset group).
     fake_run(runs / "old", "imdb", "gru", "variational", "tied", 1, 0.85, trainer={"epochs": 20})
-    fake_run(runs / "new", "imdb", "gru", "variational", "tied", 2, 0.87, trainer={"epochs": 20, "max_minutes": None})
+    fake_run(runs / "new", "imdb", "gru", "variational", "tied", 2, 0.87, trainer={"epochs": 20},
+             data={"max_length": 200})
+    assert "data.max_length" not in report.base_settings()  # else this would not test what it says
     # A number given on the command line (clip=5) and the same number from a preset (clip: 5.0) are one setting.
     fake_run(runs / "cli", "imdb", "gru", "variational", "tied", 3, 0.86, trainer={"epochs": 20.0})
     report.write_report([runs], tmp_path / "out")
@@ -83,6 +86,19 @@ def test_the_overrides_column_names_what_the_command_line_changed_beyond_the_pre
     with open(tmp_path / "out" / "imdb_table.csv") as f:
         rows = [(r["row"], r["overrides"]) for r in csv.DictReader(f)]
     assert rows == [("LSTM · variational", "trainer.epochs=40, data.max_length=400"), ("GRU · variational", "–")]
+
+
+def test_the_overrides_column_lists_the_overrides_of_every_seed(tmp_path):
+    runs = tmp_path / "runs"
+    for seed, minutes in ((1, 13), (2, 14)):
+        fake_run(runs / f"s{seed}", "imdb", "gru", "variational", "tied", seed, 0.88)
+        (runs / f"s{seed}" / "overrides.yaml").write_text(
+            f"- experiment=imdb_gru_variational\n- trainer.epochs=40\n- trainer.max_minutes={minutes}\n- seed={seed}\n")
+    report.write_report([runs], tmp_path / "out")
+    with open(tmp_path / "out" / "imdb_table.csv") as f:
+        [row] = csv.DictReader(f)
+    assert row["seeds"] == "2"
+    assert row["overrides"] == "trainer.epochs=40, trainer.max_minutes=13 (seed 1), trainer.max_minutes=14 (seed 2)"
 
 
 def test_curve_labels_name_the_probabilities_and_the_setting_that_tell_lines_apart():

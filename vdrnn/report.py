@@ -3,8 +3,9 @@
 Runs are found by their ``metrics.json`` anywhere under the given folders (a run dir, a sweep dir, or
 several). Runs that differ only by seed form one row, reported as mean ± std over seeds. A row is named
 after its experiment preset's Table 1 row (``paper.row``) or, for ad-hoc runs, after its dropout scheme.
-The last column lists what the run's command line changed beyond its preset (say ``trainer.clip=5``), so a
-row that departs from the paper's settings says so beside the paper's numbers.
+The last column lists what its runs' command lines changed beyond their preset (say ``trainer.clip=5``, or
+``trainer.clip=5 (seed 1)`` where only some seeds did), so a row that departs from the paper's settings says so
+beside the paper's numbers; the epochs column shows a seed that a time cap stopped early.
 
 Sentiment runs (``dataset=imdb|scale``) get a table per dataset, one row per cell x scheme: test
 accuracy, NLL, ECE and entropy (IMDB) or RMSE (scale) of the best-validation checkpoint, with weight
@@ -43,9 +44,14 @@ class Row:
     dropout: str
     paper: dict[str, Any] | None
     runs: list[dict[str, Any]] = field(default_factory=list)
+    dirs: list[Path] = field(default_factory=list)  # the folder of each run, for its overrides
     curves: list[list[float]] = field(default_factory=list)
     setting: str = ""  # what else sets this row apart from rows of the same name and dropout (see distinguish)
-    overrides: str = ""  # what its command line changed beyond the preset (see run_overrides)
+
+    @property
+    def overrides(self) -> str:
+        """What its runs' command lines changed beyond the preset (see overrides_column)."""
+        return overrides_column(self.runs, self.dirs)
 
     @property
     def label(self) -> str:
@@ -84,7 +90,8 @@ def row_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
 
 
 # Config entries that never make two runs different experiments: which seed, where and how they ran. A wall-clock
-# cap (trainer.max_minutes) is one too: where it stopped a run shows in the epochs it trained and the overrides column.
+# cap (trainer.max_minutes) is one too: a seed it stopped early shows in the epochs column (mean ± std over the
+# seeds) and the cap in the overrides column.
 NOT_SETTINGS = ("seed", "device", "resume", "checkpoint", "init_from", "paper", "data.root", "trainer.progress",
                 "trainer.log_every", "trainer.max_minutes")
 
@@ -150,19 +157,54 @@ def distinguish(rows, same) -> None:
             row.setting = ", ".join(f"{k}={values[k]}" for k in differ).replace('"', "")
 
 
-# Overrides that change nothing a run measures, or that the table shows elsewhere (dropout column, seeds).
-QUIET_OVERRIDES = ("experiment=", "seed=", "dropout.", "trainer.progress=", "trainer.log_every=", "hydra.",
-                   "data.root=", "device=", "resume=", "init_from=", "checkpoint=")
+# Overrides that change nothing a run measures, or that the table shows elsewhere: the seed (seeds column) and
+# the dropout probabilities (dropout column; other dropout options, e.g. dropout.cell_scale, are not shown there).
+QUIET_OVERRIDES = ("experiment=", "seed=", *(f"dropout.{site}=" for site in SITE_LABELS), "trainer.progress=",
+                   "trainer.log_every=", "hydra.", "data.root=", "device=", "resume=", "init_from=", "checkpoint=")
 
 
-def run_overrides(run_dir: Path) -> str:
-    """The command-line overrides a run made to its preset, e.g. ``trainer.clip=5``, so that a row which departs
-    from the paper's settings says so. Hydra records them in ``.hydra/overrides.yaml``; results/ keeps a copy
-    beside metrics.json."""
+def run_overrides(run_dir: Path) -> list[str] | None:
+    """The command-line overrides a run made to its preset, e.g. ``["trainer.clip=5"]``, so that a row which
+    departs from the paper's settings says so; None where the run kept no record. Hydra records them in
+    ``.hydra/overrides.yaml``; results/ keeps a copy beside metrics.json."""
     for path in (run_dir / ".hydra" / "overrides.yaml", run_dir / "overrides.yaml"):
         if path.exists():
-            return ", ".join(o for o in OmegaConf.load(path) if not o.startswith(QUIET_OVERRIDES))
-    return ""
+            return [o for o in OmegaConf.load(path) if not o.startswith(QUIET_OVERRIDES)]
+    return None
+
+
+def run_names(runs: list[dict[str, Any]], dirs: list[Path]) -> list[str]:
+    """How the overrides column names a row's runs: ``seed 2``, or their folders where seeds do not tell them apart."""
+    seeds = [(run.get("config") or {}).get("seed") for run in runs]
+    if None in seeds or len(set(seeds)) < len(seeds):
+        return [d.name for d in dirs]
+    return [f"seed {s}" for s in seeds]
+
+
+def and_list(names: list[str]) -> str:
+    """``seed 1``; ``seeds 1 and 3``; ``seeds 1, 2 and 4`` (folder names likewise, without the word)."""
+    if all(n.startswith("seed ") for n in names) and len(names) > 1:
+        names = [n.removeprefix("seed ") for n in names]
+        prefix = "seeds "
+    else:
+        prefix = ""
+    return prefix + (names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}")
+
+
+def overrides_column(runs: list[dict[str, Any]], dirs: list[Path]) -> str:
+    """The overrides of every run of a row (see run_overrides), in first-seen order. One that only some runs made
+    says which: ``trainer.max_minutes=13 (seed 1), trainer.max_minutes=14 (seed 2)``; runs that kept no record
+    of their command line, beside runs that did, are named as ``no record (seed 3)``."""
+    records = [run_overrides(d) for d in dirs]
+    names = run_names(runs, dirs)
+    parts = []
+    for override in dict.fromkeys(o for record in records if record for o in record):
+        made = [name for name, record in zip(names, records, strict=True) if record and override in record]
+        parts.append(override if len(made) == len(records) else f"{override} ({and_list(made)})")
+    unknown = [name for name, record in zip(names, records, strict=True) if record is None]
+    if unknown and len(unknown) < len(records):
+        parts.append(f"no record ({and_list(unknown)})")
+    return ", ".join(parts)
 
 
 def find_runs(folders: list[Path]):
@@ -182,9 +224,9 @@ def collect(folders: list[Path]) -> list[Row]:
         if dataset_of(metrics) == "ptb":
             name, size, dropout = row_identity(metrics)
             row = row_for(found, (name, size, dropout), metrics.get("config") or {},
-                          lambda: Row(name=name, size=size, dropout=dropout, paper=metrics.get("paper"),  # noqa: B023
-                                      overrides=run_overrides(path.parent)))  # noqa: B023
+                          lambda: Row(name=name, size=size, dropout=dropout, paper=metrics.get("paper")))  # noqa: B023
             row.runs.append(metrics)
+            row.dirs.append(path.parent)
             history = path.parent / "metrics.jsonl"
             if history.exists():
                 row.curves.append([r["valid_ppl"] for r in read_jsonl(history)])
@@ -213,7 +255,7 @@ def paper_value(row: Row, key: str) -> str:
 
 
 COLUMNS = ["row", "size", "dropout", "seeds", "valid", "test", "MC test", "paper valid", "paper test", "paper MC test",
-           "words/s", "wall time (min)", "overrides"]
+           "words/s", "epochs", "wall time (min)", "overrides"]
 
 
 def table(rows: list[Row]) -> list[list[str]]:
@@ -225,7 +267,8 @@ def table(rows: list[Row]) -> list[list[str]]:
             row.label, row.size, row.dropout, str(len(row.runs)),
             mean_std(row.values("valid_ppl")), mean_std(row.values("test_ppl")), mean_std(row.values("test_ppl_mc")),
             paper_value(row, "valid"), paper_value(row, "test"), paper_value(row, "test_mc"),
-            f"{statistics.mean(wps):,.0f}" if wps else "–", f"{statistics.mean(wall) / 60:.1f}", row.overrides or "–",
+            f"{statistics.mean(wps):,.0f}" if wps else "–", mean_std(row.values("epochs"), 0),
+            f"{statistics.mean(wall) / 60:.1f}", row.overrides or "–",
         ])
     return lines
 
@@ -311,9 +354,13 @@ class SentimentRow:
     scheme: str
     dropout: str
     runs: list[dict[str, Any]] = field(default_factory=list)
+    dirs: list[Path] = field(default_factory=list)  # as Row.dirs
     curves: list[list[float]] = field(default_factory=list)
     setting: str = ""  # as Row.setting
-    overrides: str = ""  # as Row.overrides
+
+    @property
+    def overrides(self) -> str:
+        return overrides_column(self.runs, self.dirs)
 
     @property
     def name(self) -> str:
@@ -329,9 +376,9 @@ def collect_sentiment(folders: list[Path]) -> dict[str, list[SentimentRow]]:
             continue
         config = metrics["config"]
         key = (config.get("cell", {}).get("type", "lstm"), scheme_name(config), dropout_label(config.get("dropout", {})))
-        row = row_for(found.setdefault(dataset, {}), key, config,
-                      lambda: SentimentRow(*key, overrides=run_overrides(path.parent)))  # noqa: B023
+        row = row_for(found.setdefault(dataset, {}), key, config, lambda: SentimentRow(*key))  # noqa: B023
         row.runs.append(metrics)
+        row.dirs.append(path.parent)
         history = path.parent / "metrics.jsonl"
         if history.exists():
             row.curves.append([CURVES[dataset][0](r) for r in read_jsonl(history)])
