@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import TINY, run_cli
 
+from vdrnn.errors import ConfigError
+from vdrnn.runner import check_resumable
 from vdrnn.tracking import read_jsonl
 
 pytestmark = pytest.mark.slow
@@ -98,3 +101,11 @@ def test_a_history_cut_short_mid_line_is_read_without_its_torn_last_line(tmp_pat
     path.write_text('{"epo\n{"epoch": 2}\n')  # damage before the end is not a torn write: it is reported
     with pytest.raises(json.JSONDecodeError):
         read_jsonl(path)
+
+
+def test_options_added_since_a_checkpoint_do_not_block_its_resume():
+    saved = {"model": {"hidden_size": 16}, "trainer": {"epochs": 1}}
+    now = {"model": {"hidden_size": 16, "init": "uniform"}, "trainer": {"epochs": 3, "lr": 0.5}}
+    check_resumable(saved, now, Path("last.pt"))  # model.init is new, epochs and lr may change
+    with pytest.raises(ConfigError, match=r"model.hidden_size: 16 -> 32"):
+        check_resumable(saved, {"model": {"hidden_size": 32}}, Path("last.pt"))

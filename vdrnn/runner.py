@@ -114,10 +114,11 @@ RESUMABLE_CHANGES = ("resume", "checkpoint", "device", "paper.", "data.root", "d
 def check_resumable(saved: dict[str, Any], now: dict[str, Any], path: Path) -> None:
     """Refuse to resume ``path`` (trained with ``saved``) under settings that change the experiment."""
     before, after = flatten(saved), flatten(now)
-    changed = sorted(k for k in before.keys() | after.keys()
-                     if before.get(k) != after.get(k) and not k.startswith(RESUMABLE_CHANGES))
+    # Keys only one side has are options added to (or dropped from) vdrnn since the checkpoint: not a change.
+    changed = sorted(k for k in before.keys() & after.keys()
+                     if before[k] != after[k] and not k.startswith(RESUMABLE_CHANGES))
     if changed:
-        diff = ", ".join(f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in changed)
+        diff = ", ".join(f"{k}: {before[k]!r} -> {after[k]!r}" for k in changed)
         raise ConfigError(f"cannot resume {path} with other settings ({diff}). Resume with the run's own settings, "
                           f"or start a new run in a new output dir (init_from=<checkpoint> starts from its weights)")
 
@@ -322,9 +323,9 @@ class EpochTrainer:
         cfg = self.cfg
         resume = self.resume_point()
         if resume is not None:
+            self.restore(resume)
             if resume.expanduser().resolve().parent != self.run_dir.resolve():
                 self.adopt(resume.expanduser())
-            self.restore(resume)
             self.truncate_history()
         logger = RunLogger(self.run_dir, self.raw_config, self.final_tags(),
                            purge_step=self.step + 1 if resume else None)
