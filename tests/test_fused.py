@@ -14,6 +14,7 @@ from triton_setup import CUDA, DEVICE, exact_fp32, gpu, rel  # noqa: F401 (exact
 
 from vdrnn.dropout import DropoutConfig, DropoutScheme, LayerMasks, bernoulli_mask, make_dropout
 from vdrnn.fused import lstm_fused
+from vdrnn.graphed import GraphedTrainStep
 from vdrnn.model import LanguageModel, ModelConfig
 from vdrnn.recurrent import lstm_reference
 
@@ -32,6 +33,11 @@ def make_masks(kind: str, steps: int, batch: int, inputs: int, hidden: int) -> L
     if kind == "untied":
         return LayerMasks(x=bernoulli_mask((batch, 4, inputs), 0.4, like),
                           h=bernoulli_mask((batch, 4, hidden), 0.5, like), per_gate=True)
+    if kind == "tied_batch":  # dropout.locked_mask=batch: one mask row shared by every sequence
+        return LayerMasks(x=bernoulli_mask((1, inputs), 0.4, like), h=bernoulli_mask((1, hidden), 0.5, like))
+    if kind == "untied_batch":
+        return LayerMasks(x=bernoulli_mask((1, 4, inputs), 0.4, like),
+                          h=bernoulli_mask((1, 4, hidden), 0.5, like), per_gate=True)
     if kind == "untied_x_only":
         return LayerMasks(x=bernoulli_mask((batch, 4, inputs), 0.5, like), per_gate=True)
     if kind == "moon":
@@ -69,7 +75,7 @@ NAMES = ["y", "h_T", "c_T", "dx", "dh0", "dc0", "dw_ih", "dw_hh", "db_ih", "db_h
 
 @pytest.mark.parametrize("hidden", [8, 33])
 @pytest.mark.parametrize("kind", ["none", "tied", "tied_h_only", "fresh_x_tied_h", "untied", "untied_x_only",
-                                  "moon", "moon_c"])
+                                  "tied_batch", "untied_batch", "moon", "moon_c"])
 def test_fused_matches_reference(kind, hidden, block_plan):
     steps, batch, inputs = 5, 3, 7
     leaves = random_problem(steps, batch, inputs, hidden)
@@ -123,8 +129,6 @@ class OnesMasks(DropoutScheme):
 
 
 def train_three_steps(model, graphed: bool, amp: str, seed: int):
-    from vdrnn.graphed import GraphedTrainStep
-
     vocab, batch, bptt = model.vocab_size, 4, 6
     gen = torch.Generator().manual_seed(7)
     data = torch.randint(0, vocab, (4 * bptt + 1, batch), generator=gen).to(DEVICE)
@@ -186,3 +190,20 @@ def test_graphed_step_bf16_runs():
     losses, after = train_three_steps(model, graphed=True, amp="bf16", seed=1)
     assert torch.isfinite(losses).all()
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def test_double_backward_through_the_kernels_is_refused_not_detached():
+    leaves = random_problem(3, 2, 5, 8)
+    x, h0, c0, *params = leaves
+    y, _ = lstm_fused(x, (h0, c0), tuple(params), make_masks("tied", 3, 2, 5, 8))
+    # A loss whose gradient depends on y, as a gradient penalty's would: the kernels' backward then sees
+    # incoming gradients that require grad.
+    (dw_hh,) = torch.autograd.grad(y.pow(2).sum(), params[1], create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        dw_hh.sum().backward()
+
+
+def test_graphed_step_takes_plain_sgd_only():
+    model = LanguageModel(10, ModelConfig(num_layers=1, hidden_size=8), make_dropout(DropoutConfig()))
+    with pytest.raises(ValueError, match="plain SGD, not Adam"):
+        GraphedTrainStep(model, torch.optim.Adam(model.parameters()), 5.0, batch_size=2, bptt=3)

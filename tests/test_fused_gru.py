@@ -31,6 +31,11 @@ def make_masks(kind: str, steps: int, batch: int, inputs: int, hidden: int) -> L
                           h=bernoulli_mask((batch, GRU_GATES, hidden), 0.5, like), per_gate=True)
     if kind == "untied_x_only":
         return LayerMasks(x=bernoulli_mask((batch, GRU_GATES, inputs), 0.5, like), per_gate=True)
+    if kind == "tied_batch":  # dropout.locked_mask=batch: one mask row shared by every sequence
+        return LayerMasks(x=bernoulli_mask((1, inputs), 0.4, like), h=bernoulli_mask((1, hidden), 0.5, like))
+    if kind == "untied_batch":
+        return LayerMasks(x=bernoulli_mask((1, GRU_GATES, inputs), 0.4, like),
+                          h=bernoulli_mask((1, GRU_GATES, hidden), 0.5, like), per_gate=True)
     raise ValueError(kind)
 
 
@@ -72,7 +77,8 @@ def compare(steps, batch, inputs, hidden, kind, tol=1e-5):
     assert out[0].dtype == ref[0].dtype and out[1].dtype == torch.float32
 
 
-@pytest.mark.parametrize("kind", ["none", "tied_h", "tied", "fresh_x_tied_h", "untied", "untied_x_only"])
+@pytest.mark.parametrize("kind", ["none", "tied_h", "tied", "fresh_x_tied_h", "untied", "untied_x_only", "tied_batch",
+                                  "untied_batch"])
 def test_fused_gru_matches_reference(kind):
     torch.manual_seed(0)
     compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind)

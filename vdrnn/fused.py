@@ -68,6 +68,7 @@ import os
 import warnings
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from vdrnn.dropout import LayerMasks
 from vdrnn.recurrent import GATES, lstm_reference, masked_linear
@@ -388,7 +389,10 @@ def _mask_args(zh: torch.Tensor | None, zc: torch.Tensor | None, c_scale: float,
     per_gate = zh is not None and zh.dim() == 3
     if zh is not None:
         zh = zh.float().contiguous()
-        stride_b, stride_g = zh.stride(0), (zh.stride(1) if per_gate else 0)
+        # A mask shared by the batch ([1, H] or [1, G, H], dropout.locked_mask=batch) is read with a zero batch
+        # stride, so that every row of the batch reads that one row.
+        stride_b = 0 if zh.shape[0] == 1 else zh.stride(0)
+        stride_g = zh.stride(1) if per_gate else 0
     else:
         zh, stride_b, stride_g = dummy, 0, 0
     has_zc = zc is not None
@@ -457,6 +461,7 @@ class _FusedLSTM(torch.autograd.Function):
         return y, hs[-1].clone(), cs[-1].clone()
 
     @staticmethod
+    @once_differentiable  # no double backward through the kernels: raise rather than detach silently
     def backward(ctx, dy, dh_t, dc_t):
         # The products below pick their dtypes explicitly; an autocast still active on the calling
         # thread (CPU backward runs there) must not recast them.

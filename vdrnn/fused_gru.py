@@ -30,6 +30,7 @@ On a CPU without TRITON_INTERPRET=1 (or without Triton) ``gru_fused`` runs the r
 from __future__ import annotations
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from vdrnn import fused
 from vdrnn.dropout import LayerMasks
@@ -256,6 +257,7 @@ class _FusedGRU(torch.autograd.Function):
         return y, hs[-1].clone()
 
     @staticmethod
+    @once_differentiable  # no double backward through the kernels: raise rather than detach silently
     def backward(ctx, dy, dh_t):
         # The products below pick their dtypes explicitly; an autocast still active on the calling
         # thread (CPU backward runs there) must not recast them.
