@@ -36,6 +36,8 @@ class GraphedTrainStep:
                  sum_over_time: bool = False):
         if amp not in ("off", "bf16"):
             raise ValueError(f"amp={amp!r}: a graphed step supports 'off' and 'bf16' (fp16 needs a GradScaler)")
+        if type(optimizer) is not torch.optim.SGD:  # Adam/ASGD built without capturable=True raise under capture
+            raise ValueError(f"a graphed step takes plain SGD, not {type(optimizer).__name__}")
         self.model, self.optimizer = model, optimizer
         self.clip = float("inf") if clip is None else clip  # inf: report the norm, never scale
         self.weight_decay = weight_decay

@@ -108,10 +108,11 @@ class LanguageModelTrainer(EpochTrainer):
 
     def graphed_step(self) -> GraphedTrainStep | None:
         """The whole step as one CUDA graph (:mod:`vdrnn.graphed`), where that step is the whole story:
-        on CUDA, fixed BPTT length, no AR/TAR, no optimizer switch, no fp16 loss scaling."""
+        on CUDA, fixed BPTT length, no AR/TAR, plain SGD (Adam and ASGD, as built, refuse graph capture;
+        NT-ASGD switches optimizer mid-run), no fp16 loss scaling."""
         t, d = self.cfg.trainer, self.cfg.data
         if t.cuda_graph == "off" or self.device.type != "cuda" or t.amp == "fp16" or d.variable_bptt \
-                or t.ar > 0 or t.tar > 0 or t.optimizer == "ntasgd":
+                or t.ar > 0 or t.tar > 0 or t.optimizer != "sgd":
             return None
         if self._graphed is None:
             decay = t.weight_decay if t.weight_decay_mode == "gal" else 0.0  # l2 is in the optimizer
