@@ -109,3 +109,11 @@ def test_options_added_since_a_checkpoint_do_not_block_its_resume():
     check_resumable(saved, now, Path("last.pt"))  # model.init is new, epochs and lr may change
     with pytest.raises(ConfigError, match=r"model.hidden_size: 16 -> 32"):
         check_resumable(saved, {"model": {"hidden_size": 32}}, Path("last.pt"))
+
+
+def test_best_checkpoint_is_not_a_resume_point(tmp_path, tiny_corpus):
+    common = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1"]
+    run_cli("train", *common, "hydra.run.dir=first", cwd=tmp_path)
+    result = run_cli("train", *common, "trainer.epochs=2", f"resume={tmp_path / 'first' / 'best.pt'}",
+                     "hydra.run.dir=second", cwd=tmp_path, check=False)
+    assert result.returncode == 2 and "resume from the run's last.pt" in result.stderr

@@ -277,6 +277,11 @@ class EpochTrainer:
 
     def restore(self, path: Path) -> None:
         payload = checkpoint.load(path)
+        if not payload.get("resumable", True):
+            raise CheckpointError(
+                f"{path} holds the weights as validated (under averaged SGD, the averages), not the state to continue "
+                f"training from: resume from the run's last.pt, or start a new run from these weights with "
+                f"init_from={path}")
         check_resumable(payload["config"], self.raw_config, path)
         checkpoint.check_vocab(payload, self.vocab, path, "resume with the same data.* settings, or use a new output dir")
         checkpoint.load_model_state(self.model, payload, path)
@@ -364,7 +369,9 @@ class EpochTrainer:
             improved = score < self.best_valid
             self.best_valid = min(self.best_valid, score)
             if improved:  # the weights as validated
-                checkpoint.save(self.state(), self.run_dir / checkpoint.BEST)
+                # Marked: taken inside evaluation_weights (ASGD's averages) and before after_validation, it is not
+                # the state to continue training from; last.pt is.
+                checkpoint.save({**self.state(), "resumable": False}, self.run_dir / checkpoint.BEST)
         self.after_validation(score)
         self.run_seconds += time.perf_counter() - started
         # validate() may add the test metrics of this epoch's weights (test_*): a curve, not a result.
