@@ -11,8 +11,10 @@ from vdrnn.recurrent import (
     GRU_GATES,
     RNN_GATES,
     GRULayer,
+    LSTMLayer,
     RNNLayer,
     gru_reference,
+    lstm_reference,
     masked_linear,
     rnn_reference,
 )
@@ -110,3 +112,53 @@ def test_input_only_masks_run_the_stock_kernel_and_agree_with_the_loop(layer_cls
 def test_cell_mask_on_a_gru_is_refused():
     with pytest.raises(ValueError, match="no cell state"):
         GRULayer(D, H)(torch.randn(T, B, D), torch.zeros(B, H), LayerMasks(c=torch.ones(B, H)))
+
+
+def test_lstm_per_gate_masks_follow_gals_equation_5():
+    """Untied LSTM (Gal eq. 5): gate k's products see x * z_x^k and h_{t-1} * z_h^k, at every step."""
+    torch.manual_seed(0)
+    layer = LSTMLayer(D, H, impl="reference")
+    w_ih, w_hh, b_ih, b_hh = layer.parameters_tuple()
+    x, h, c = torch.randn(T, B, D), torch.randn(B, H), torch.randn(B, H)
+    zx, zh = bernoulli_mask((B, 4, D), 0.5, x), bernoulli_mask((B, 4, H), 0.5, x)
+    y, _ = lstm_reference(x, (h, c), layer.parameters_tuple(), LayerMasks(x=zx, h=zh, per_gate=True))
+
+    def gate(k, t, h):  # gate k (i, f, g, o) with its own masks
+        rows = slice(k * H, (k + 1) * H)
+        return F.linear(x[t] * zx[:, k], w_ih[rows], b_ih[rows]) + F.linear(h * zh[:, k], w_hh[rows], b_hh[rows])
+
+    for t in range(T):
+        i, f, o = (torch.sigmoid(gate(k, t, h)) for k in (0, 1, 3))
+        c = f * c + i * torch.tanh(gate(2, t, h))
+        h = o * torch.tanh(c)
+        assert torch.allclose(y[t], h, atol=1e-5)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "lstm_untied", "gru", "rnn"])
+def test_a_unit_dropped_from_h_has_no_influence_at_any_step(cell):
+    """z_h is fixed over time: the recurrent weights that read a dropped unit j of h_{t-1} (column j of W_hh,
+    for the gate whose mask drops it) never matter, at any step, while those of a kept unit do."""
+    torch.manual_seed(0)
+    layer = {"lstm": lambda: LSTMLayer(D, H, impl="reference"), "lstm_untied": lambda: LSTMLayer(D, H, impl="reference"),
+             "gru": lambda: GRULayer(D, H), "rnn": lambda: RNNLayer(D, H)}[cell]()
+    gates, per_gate = {"lstm": (4, False), "lstm_untied": (4, True), "gru": (3, False), "rnn": (1, False)}[cell]
+    x = torch.randn(T, B, D)
+    z_h = torch.ones((B, gates, H) if per_gate else (B, H))
+    if per_gate:
+        z_h[:, 1, 2] = 0  # unit 2 dropped for gate 1 only
+        rows = slice(H, 2 * H)
+    else:
+        z_h[:, 2] = 0  # unit 2 dropped for every gate
+        rows = slice(None)
+    masks = LayerMasks(h=z_h, per_gate=per_gate)
+    state = (torch.randn(B, H), torch.randn(B, H)) if cell.startswith("lstm") else torch.randn(B, H)
+
+    def outputs(column: int, change: float):
+        params = [p.detach().clone() for p in layer.parameters_tuple()]
+        params[1][rows, column] += change
+        return layer.reference(x, state, tuple(params), masks)[0] if not cell.startswith("lstm") else \
+            lstm_reference(x, state, tuple(params), masks)[0]
+
+    base = outputs(2, 0.0)
+    assert torch.equal(outputs(2, 5.0), base)  # the dropped unit's column: no effect at any step
+    assert not torch.allclose(outputs(3, 5.0)[1:], base[1:])  # a kept unit's column changes steps 1..T-1

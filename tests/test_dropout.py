@@ -242,3 +242,24 @@ def test_mask_granularity_batch_is_accepted_and_used_by_the_schemes_that_draw_th
         tokens = torch.randint(V, (T, B))
         mask = dropout.word_type_mask(tokens, V)
         assert all(mask[tokens == w].unique().numel() == 1 for w in tokens.unique())
+
+
+def test_each_variational_probability_drives_its_own_mask_and_the_output_mask_is_fixed_over_time():
+    torch.manual_seed(0)
+    big = torch.randn(T, 4000, D)
+    s = scheme("variational", input=0.5, hidden=0.2, recurrent=0.1, output=0.3)
+    first, second = s.layer_masks(big, H, GATES, layer=0), s.layer_masks(big, H, GATES, layer=1)
+    zero = {name: (m == 0).float().mean().item()
+            for name, m in (("x", first.x), ("h", first.h), ("x2", second.x), ("out", s.output_mask(big)))}
+    assert zero == pytest.approx({"x": 0.5, "h": 0.1, "x2": 0.2, "out": 0.3}, abs=0.02)
+    assert s.output_mask(big).shape == (1, 4000, D)  # one [B, H] mask broadcast over every step
+
+
+def test_the_language_models_output_mask_drops_decoder_inputs():
+    """With only the output site on, a dropped unit of the last layer gives no gradient to its decoder column."""
+    model = lm("variational", output=0.5).train()
+    tokens = torch.randint(0, V, (T, 1))
+    logits, _ = model(tokens, model.initial_state(1, "cpu"))
+    logits.sum().backward()
+    dead = (model.decoder.weight.grad == 0).all(dim=0)
+    assert 0 < dead.sum() < H  # about half the units, the same ones at every step

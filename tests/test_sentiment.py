@@ -244,3 +244,17 @@ def test_mc_with_masks_shared_by_the_batch_runs_its_passes_one_by_one():
         results.append(predict_mc(model, split, CLASSIFICATION, samples=8, samples_per_pass=per_pass,
                                   batch_size=48))
     assert torch.equal(results[0], results[1])
+
+
+def test_the_output_mask_drops_inputs_of_the_head():
+    """Gal's sentiment model is recurrent layer -> dropout -> dense: a dropped unit gives its head column no gradient."""
+    torch.manual_seed(0)
+    model = SentimentModel(20, 2, SentimentModelConfig(hidden_size=16, impl="reference"),
+                           make_dropout(DropoutConfig(scheme="variational", output=0.5)))
+    tokens, lengths = torch.randint(2, 20, (6, 1)), torch.tensor([6])
+    model(tokens, lengths, stochastic=True).sum().backward()
+    dead = (model.head.weight.grad == 0).all(dim=0)
+    assert 0 < dead.sum() < 16
+    model.zero_grad()
+    model(tokens, lengths, stochastic=False).sum().backward()  # weight scaling: every unit reaches the head
+    assert not (model.head.weight.grad == 0).all(dim=0).any()
