@@ -62,9 +62,7 @@ class RunLogger:
 
     def final(self, metrics: dict[str, Any], step: int) -> None:
         self.scalars({tag: metrics[key] for tag, key in self.final_tags.items() if metrics.get(key) is not None}, step)
-        tmp = self.run_dir / ".metrics.json.tmp"
-        tmp.write_text(json.dumps(metrics, indent=2) + "\n")
-        tmp.replace(self.run_dir / "metrics.json")
+        write_atomically(self.run_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
         self.writer.flush()
 
     def close(self) -> None:
