@@ -109,6 +109,10 @@ def test_options_added_since_a_checkpoint_do_not_block_its_resume():
     check_resumable(saved, now, Path("last.pt"))  # model.init is new, epochs and lr may change
     with pytest.raises(ConfigError, match=r"model.hidden_size: 16 -> 32"):
         check_resumable(saved, {"model": {"hidden_size": 32}}, Path("last.pt"))
+    # trainer.lr may change, trainer.lr_decay (the schedule) may not: whole key names, not prefixes
+    with pytest.raises(ConfigError, match=r"trainer.lr_decay: 1.2 -> 2.0"):
+        check_resumable({"trainer": {"lr": 1.0, "lr_decay": 1.2}}, {"trainer": {"lr": 0.5, "lr_decay": 2.0}},
+                        Path("last.pt"))
 
 
 def test_best_checkpoint_is_not_a_resume_point(tmp_path, tiny_corpus):

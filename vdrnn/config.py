@@ -179,16 +179,17 @@ EVAL_WHEN_GIVEN = ("data.eval_batch_size", "data.test_batch_size", "data.eval_ma
                    "model.impl")
 
 
+def key_among(key: str, names: tuple[str, ...]) -> bool:
+    """Is the dotted ``key`` one of ``names`` or inside one of them (``eval.samples`` is in ``eval``)? Whole
+    names only: ``trainer.lr_decay`` is not ``trainer.lr``."""
+    return any(key == name or key.startswith(name + ".") for name in names)
+
+
 def eval_config(raw: dict[str, Any], trained: dict[str, Any], given: set[str]) -> dict[str, Any]:
     """The config `vdrnn eval` runs: ``trained`` (the checkpoint's) with the evaluation settings of ``raw`` (the
     command line's composed config). ``given``: the keys the command line set. Any other key given would be
     silently ignored, so it is refused."""
-    allowed = EVAL_ALWAYS + EVAL_WHEN_GIVEN
-
-    def takes(key: str, among: tuple[str, ...]) -> bool:
-        return any(key == k or key.startswith(k + ".") for k in among)
-
-    ignored = sorted(k for k in given if not takes(k, allowed) and not takes(k, ("hydra",)))
+    ignored = sorted(k for k in given if not key_among(k, (*EVAL_ALWAYS, *EVAL_WHEN_GIVEN, "hydra")))
     if ignored:
         raise ConfigError(f"vdrnn eval takes the model, data and dropout settings from the checkpoint, so "
                           f"{', '.join(ignored)} would be ignored: drop {'them' if len(ignored) > 1 else 'it'}. It "

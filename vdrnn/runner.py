@@ -27,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 from vdrnn import checkpoint
-from vdrnn.config import TrainerConfig
+from vdrnn.config import TrainerConfig, key_among
 from vdrnn.errors import CheckpointError, ConfigError, TrainingDiverged
 from vdrnn.tracking import RunLogger, flatten, read_jsonl, write_atomically
 
@@ -106,9 +106,9 @@ class TrainWindow:
 # Settings a resumed run may change: how long and how verbosely it runs, where the data and the device are,
 # how it is evaluated, and the knobs that the divergence message suggests (lr, clip, amp). Any other change
 # would make the checkpoint's state belong to another experiment.
-RESUMABLE_CHANGES = ("resume", "checkpoint", "device", "paper.", "data.root", "data.eval_batch_size",
+RESUMABLE_CHANGES = ("resume", "checkpoint", "device", "paper", "data.root", "data.eval_batch_size",
                      "data.test_batch_size", "model.impl", "trainer.epochs", "trainer.max_minutes", "trainer.progress",
-                     "trainer.log_every", "trainer.lr", "trainer.clip", "trainer.amp", "trainer.cuda_graph", "eval.")
+                     "trainer.log_every", "trainer.lr", "trainer.clip", "trainer.amp", "trainer.cuda_graph", "eval")
 
 
 def check_resumable(saved: dict[str, Any], now: dict[str, Any], path: Path) -> None:
@@ -116,7 +116,7 @@ def check_resumable(saved: dict[str, Any], now: dict[str, Any], path: Path) -> N
     before, after = flatten(saved), flatten(now)
     # Keys only one side has are options added to (or dropped from) vdrnn since the checkpoint: not a change.
     changed = sorted(k for k in before.keys() & after.keys()
-                     if before[k] != after[k] and not k.startswith(RESUMABLE_CHANGES))
+                     if before[k] != after[k] and not key_among(k, RESUMABLE_CHANGES))
     if changed:
         diff = ", ".join(f"{k}: {before[k]!r} -> {after[k]!r}" for k in changed)
         raise ConfigError(f"cannot resume {path} with other settings ({diff}). Resume with the run's own settings, "
