@@ -117,3 +117,51 @@ def test_a_checkpoint_of_another_vocabulary_is_refused_to_start_from_and_to_resu
     resumed = trainer(tmp_path / "a", tiny_corpus)
     with pytest.raises(CheckpointError, match="another vocabulary.*resume with the same data"):
         resumed.restore(tmp_path / "a" / "last.pt")
+
+
+def test_weight_average_is_the_bias_corrected_exponential_average_of_the_iterates():
+    from vdrnn.runner import WeightAverage
+
+    w = torch.nn.Parameter(torch.zeros(3))
+    average, decay, seen = WeightAverage([w], decay=0.9), 0.9, []
+    assert torch.equal(average.averages()[0], w)  # nothing averaged yet: the weights themselves
+    for step in range(1, 6):
+        with torch.no_grad():
+            w.copy_(torch.tensor([step, -step, 2.0 * step]))
+        seen.append(w.detach().clone())
+        average.update()
+        # sum_i decay^(n-i) w_i / sum_i decay^(n-i): no weight is left on the (zero) start of the sums
+        factors = [decay ** (len(seen) - 1 - i) for i in range(len(seen))]
+        expected = sum(f * v for f, v in zip(factors, seen, strict=True)) / sum(factors)
+        assert torch.allclose(average.averages()[0], expected)
+    restored = WeightAverage([w], decay=0.9)
+    restored.load_state_dict(average.state_dict())
+    assert restored.steps == 5 and torch.equal(restored.averages()[0], average.averages()[0])
+
+
+def test_with_ema_the_average_is_validated_and_kept_while_training_goes_on_from_the_weights(tmp_path, tiny_corpus):
+    t = trainer(tmp_path, tiny_corpus, "trainer.ema=0.9", "trainer.epochs=1", "trainer.lr=0.5")
+    validated = []
+    t.validate = lambda: validated.append([p.detach().clone() for p in t.model.parameters()]) or {"ppl": 1.0}
+    t.fit()
+    from vdrnn import checkpoint
+
+    best, last = (checkpoint.load(tmp_path / name) for name in ("best.pt", "last.pt"))
+    names = [n for n, _ in t.model.named_parameters()]
+    sums, steps = last["weight_average"]["sums"], last["weight_average"]["steps"]
+    assert steps == t.step > 1
+    averages = [s / (1 - 0.9**steps) for s in sums]
+    assert all(torch.allclose(v, a) for v, a in zip(validated[0], averages, strict=True))  # validated: the average
+    assert all(torch.equal(best["model"][n], v) for n, v in zip(names, validated[0], strict=True))  # kept in best.pt
+    # ... while last.pt, what training continues from, holds the weights themselves, swapped back after validation
+    assert not any(torch.allclose(last["model"][n], v) for n, v in zip(names, validated[0], strict=True))
+
+@pytest.mark.parametrize("override,message", [
+    ("trainer.ema=1.0", r"trainer.ema=1.0 is the decay .* \[0, 1\)"),
+    ("trainer.optimizer=asgd", "trainer.optimizer=asgd already validates averaged weights"),
+])
+def test_ema_values_that_cannot_work_are_refused(tmp_path, tiny_corpus, override, message):
+    from vdrnn.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        trainer(tmp_path, tiny_corpus, "trainer.ema=0.99" if "optimizer" in override else "trainer.lr=1", override)

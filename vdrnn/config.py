@@ -55,6 +55,7 @@ class TrainerConfig:
     clip: float = 5.0
     weight_decay: float = 0.0
     weight_decay_mode: str = "gal"
+    ema: float = 0.0
     amp: str = "off"
     cuda_graph: str = "auto"
     loss: str = "sum_over_time"
@@ -85,6 +86,12 @@ class TrainerConfig:
             raise ConfigError(f"trainer.max_minutes={self.max_minutes} must be positive (or null: no time limit)")
         if not self.lr > 0 or not self.lr_decay >= 1 or self.clip <= 0 or self.weight_decay < 0:
             raise ConfigError("need trainer.lr > 0, trainer.lr_decay >= 1, trainer.clip > 0, trainer.weight_decay >= 0")
+        if not 0 <= self.ema < 1:
+            raise ConfigError(f"trainer.ema={self.ema} is the decay of the weights' moving average: use a value in "
+                              f"[0, 1), e.g. 0.999 (about the last 1,000 steps), or 0 for none")
+        if self.ema and self.optimizer in ("ntasgd", "asgd"):
+            raise ConfigError(f"trainer.ema averages the weights, and trainer.optimizer={self.optimizer} already "
+                              f"validates averaged weights: use one of them (trainer.ema=0, or trainer.optimizer=sgd)")
         if self.ar < 0 or self.tar < 0 or self.nonmono < 1:
             raise ConfigError("need trainer.ar >= 0, trainer.tar >= 0 and trainer.nonmono >= 1")
 

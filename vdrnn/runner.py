@@ -77,6 +77,44 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
+class WeightAverage:
+    """An exponential moving average of the parameters, updated after every optimizer step (Polyak
+    averaging over a window of about 1 / (1 - decay) steps). With Adam and heavy dropout the weights jitter
+    from step to step; the average is a smoother point to validate, keep and test, as AWD's averaged SGD is
+    for SGD.
+
+    The running sums start at zero and are divided by 1 - decay**steps when read (Adam's bias correction),
+    so after n steps the average is sum_i decay**(n-i) w_i / sum_i decay**(n-i) over the n iterates seen,
+    with no pull towards the initial weights.
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter], decay: float):
+        self.params, self.decay = params, decay
+        self.sums = [torch.zeros_like(p) for p in params]
+        self.steps = 0
+
+    @torch.no_grad()
+    def update(self) -> None:
+        # sums <- decay * sums + (1 - decay) * w
+        torch._foreach_lerp_(self.sums, self.params, 1.0 - self.decay)
+        self.steps += 1
+
+    def averages(self) -> list[torch.Tensor]:
+        if self.steps == 0:
+            return [p.detach() for p in self.params]
+        correction = 1.0 - self.decay ** self.steps
+        return [s / correction for s in self.sums]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sums": self.sums, "steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.steps = state["steps"]
+        with torch.no_grad():
+            for mine, saved in zip(self.sums, state["sums"], strict=True):
+                mine.copy_(saved)
+
+
 class TrainWindow:
     """Sums the training loss on the device between host syncs (one ``.item()`` per ``log_every`` steps)."""
 
@@ -142,6 +180,7 @@ class EpochTrainer:
         self.vocab: list[str] = []
         self.model: torch.nn.Module = self.setup()
         self.optimizer = make_optimizer(self.model, cfg.trainer)
+        self.average = WeightAverage(list(self.model.parameters()), cfg.trainer.ema) if cfg.trainer.ema else None
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.trainer.amp == "fp16")
         self.epoch = 0  # epochs completed
         self.step = 0  # optimizer steps taken
@@ -174,8 +213,11 @@ class EpochTrainer:
         return f"train loss {record['train_loss']:.4f}  valid {self.selector} {record[f'valid_{self.selector}']:.4f}"
 
     def evaluation_weights(self):
-        """Context in which the model holds the weights to validate and keep (AWD: the averages)."""
-        return nullcontext()
+        """Context in which the model holds the weights to validate and keep: with ``trainer.ema``, their moving
+        average (AWD's trainer has its own, ASGD's averages)."""
+        if self.average is None:
+            return nullcontext()
+        return swapped_weights(self.average.params, self.average.averages())
 
     def after_validation(self, score: float) -> None:
         """Called after every epoch's validation (AWD: the switch to averaged SGD)."""
@@ -200,6 +242,8 @@ class EpochTrainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         apply_weight_decay(self.model, self.cfg.trainer)
+        if self.average is not None:
+            self.average.update()
         return grad_norm
 
     def train_loop(self, batches, step, lr: float, logger: RunLogger, bar: tqdm) -> dict[str, float]:
@@ -272,6 +316,7 @@ class EpochTrainer:
             "run_seconds": self.run_seconds,
             "vocab": self.vocab,
             "config": self.raw_config,
+            **({"weight_average": self.average.state_dict()} if self.average is not None else {}),
             **self.extra_state(),
         }
 
@@ -287,6 +332,11 @@ class EpochTrainer:
         checkpoint.load_model_state(self.model, payload, path)
         self.load_extra_state(payload)  # may replace the optimizer (AWD) before its state is loaded
         self.optimizer.load_state_dict(payload["optimizer"])
+        if self.average is not None:
+            if "weight_average" not in payload:  # a checkpoint from before trainer.ema existed
+                raise CheckpointError(f"{path} holds no weight average to continue (it was trained before trainer.ema "
+                                      f"existed): resume it with trainer.ema=0")
+            self.average.load_state_dict(payload["weight_average"])
         self.scaler.load_state_dict(payload["scaler"])
         set_rng_state(payload["rng"], self.device)
         self.epoch, self.step = payload["epoch"], payload["step"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -109,10 +108,10 @@ class LanguageModelTrainer(EpochTrainer):
     def graphed_step(self) -> GraphedTrainStep | None:
         """The whole step as one CUDA graph (:mod:`vdrnn.graphed`), where that step is the whole story:
         on CUDA, fixed BPTT length, no AR/TAR, plain SGD (Adam and ASGD, as built, refuse graph capture;
-        NT-ASGD switches optimizer mid-run), no fp16 loss scaling."""
+        NT-ASGD switches optimizer mid-run), no fp16 loss scaling, no weight average (updated outside it)."""
         t, d = self.cfg.trainer, self.cfg.data
         if t.cuda_graph == "off" or self.device.type != "cuda" or t.amp == "fp16" or d.variable_bptt \
-                or t.ar > 0 or t.tar > 0 or t.optimizer != "sgd":
+                or t.ar > 0 or t.tar > 0 or t.optimizer != "sgd" or t.ema:
             return None
         if self._graphed is None:
             decay = t.weight_decay if t.weight_decay_mode == "gal" else 0.0  # l2 is in the optimizer
@@ -156,7 +155,7 @@ class LanguageModelTrainer(EpochTrainer):
     def evaluation_weights(self):
         """Under averaged SGD, the running averages are what is validated, kept in best.pt and tested."""
         if not self.averaging:
-            return nullcontext()
+            return super().evaluation_weights()  # the trainer.ema average, if any
         params = [p for p in self.model.parameters() if "ax" in self.optimizer.state[p]]
         return swapped_weights(params, [self.optimizer.state[p]["ax"] for p in params])
 
