@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from vdrnn.config import eval_config, from_dict, to_container
 from vdrnn.errors import ConfigError
 from vdrnn.sentiment import config as sentiment_config
+from vdrnn.tracking import flatten
 
 CONF = resources.files("vdrnn.conf")
 GROUPS = {g: sorted(p.name[:-5] for p in CONF.joinpath(g).iterdir() if p.name.endswith(".yaml"))
@@ -181,3 +182,14 @@ def test_eval_refuses_settings_it_would_ignore(given):
     trained = to_container(composed())
     with pytest.raises(ConfigError, match="takes the model, data and dropout settings from the checkpoint"):
         eval_config(to_container(composed()), trained, {"checkpoint", *given})
+
+
+def test_the_tuned_imdb_preset_is_gals_variational_lstm_with_only_its_tuning_changed():
+    gal, tuned = (to_container(composed(f"experiment={p}")) for p in ("imdb_lstm_variational",
+                                                                       "imdb_lstm_variational_tuned"))
+    changed = {k for k in flatten(gal) if flatten(gal)[k] != flatten(tuned)[k]}
+    assert changed == {"data.max_length", "model.hidden_size", "trainer.epochs", "trainer.ema", "eval.word_dropout"}
+    cfg = validated(composed("experiment=imdb_lstm_variational_tuned"))
+    assert (cfg.model.hidden_size, cfg.trainer.ema, cfg.dropout.recurrent) == (512, 0.9995, 0.5)
+    header = CONF.joinpath("experiment", "imdb_lstm_variational_tuned.yaml").read_text()
+    assert "vdrnn train experiment=imdb_lstm_variational_tuned" in header and "Expect:" in header

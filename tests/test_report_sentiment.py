@@ -126,3 +126,17 @@ def test_a_run_from_before_an_option_existed_counts_as_run_with_its_default(tmp_
     with open(tmp_path / "out" / "imdb_table.csv") as f:
         rows = [(r["row"], r["seeds"]) for r in csv.DictReader(f)]
     assert sorted(rows) == [("LSTM · moon [dropout.cell_scale=c]", "1"), ("LSTM · moon [dropout.cell_scale=h]", "2")]
+
+
+def test_sentiment_runs_that_differ_only_in_evaluation_batch_size_are_seeds_of_one_row(tmp_path):
+    runs = tmp_path / "runs"
+    fake_run(runs / "a", "imdb", "lstm", "variational", "tied", 1, 0.86, data={"eval_batch_size": 1000})
+    fake_run(runs / "b", "imdb", "lstm", "variational", "tied", 2, 0.88, data={"eval_batch_size": 500})
+    report.write_report([runs], tmp_path / "out")
+    with open(tmp_path / "out" / "imdb_table.csv") as f:
+        rows = [(r["seeds"], r["accuracy (%)"]) for r in csv.DictReader(f)]
+    assert rows == [("2", "87.00 ± 1.41")]
+    # A language model's evaluation batch cuts the text into other streams: there it is a setting.
+    lm = {"data": {"name": "ptb", "eval_batch_size": 10}}
+    assert "data.eval_batch_size" in report.run_settings(lm)
+    assert "data.eval_batch_size" not in report.run_settings({"data": {"name": "imdb", "eval_batch_size": 10}})

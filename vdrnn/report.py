@@ -122,9 +122,19 @@ def base_settings() -> dict[str, str]:
     return settings({k: v for k, v in base.items() if k not in ("defaults", "hydra")})
 
 
+# A sentiment model scores every review on its own, so how many reviews an evaluation pass holds changes no
+# weight-scaling number (MC draws its masks in another order: another draw, as another seed's would be). A language
+# model's evaluation batch does change its numbers: it cuts the text into other streams.
+SENTIMENT_NOT_SETTINGS = ("data.eval_batch_size",)
+
+
 def run_settings(config: dict[str, Any]) -> dict[str, str]:
     """A run's settings, with those it did not log (options added to vdrnn since) at their defaults."""
-    return {**base_settings(), **settings(config)}
+    out = {**base_settings(), **settings(config)}
+    if (config.get("data") or {}).get("name") in SENTIMENT_METRICS:
+        for key in SENTIMENT_NOT_SETTINGS:
+            out.pop(key, None)
+    return out
 
 
 def same_experiment(a: dict[str, str], b: dict[str, str]) -> bool:
