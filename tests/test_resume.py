@@ -122,3 +122,17 @@ def test_best_checkpoint_is_not_a_resume_point(tmp_path, tiny_corpus):
     result = run_cli("train", *common, "trainer.epochs=2", f"resume={tmp_path / 'first' / 'best.pt'}",
                      "hydra.run.dir=second", cwd=tmp_path, check=False)
     assert result.returncode == 2 and "resume from the run's last.pt" in result.stderr
+
+
+def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path):
+    from vdrnn.files import replaced_atomically
+
+    path = tmp_path / "last.pt"
+    path.write_bytes(b"the last good checkpoint")
+    with pytest.raises(RuntimeError), replaced_atomically(path) as f:
+        f.write(b"half of a new one")
+        raise RuntimeError("disk full")
+    assert path.read_bytes() == b"the last good checkpoint" and list(tmp_path.iterdir()) == [path]
+    with replaced_atomically(path) as f:
+        f.write(b"a new one")
+    assert path.read_bytes() == b"a new one" and list(tmp_path.iterdir()) == [path]

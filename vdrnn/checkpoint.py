@@ -8,7 +8,6 @@ checkpoint intact, so no run ever loses its last good checkpoint.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -16,26 +15,21 @@ from typing import Any
 import torch
 
 from vdrnn.errors import CheckpointError
+from vdrnn.files import replaced_atomically
 
 LAST = "last.pt"
 BEST = "best.pt"
 
 
 def save(payload: dict[str, Any], path: Path) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
+    with replaced_atomically(path) as f:
         torch.save(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def copy(src: Path, dst: Path) -> None:
     """Copy a checkpoint file as ``save`` writes one: a crash leaves no half-written ``dst``."""
-    tmp = Path(dst).with_name(f".{Path(dst).name}.tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+    with open(src, "rb") as source, replaced_atomically(dst) as f:
+        shutil.copyfileobj(source, f)
 
 
 def load(path: str | Path) -> dict[str, Any]:

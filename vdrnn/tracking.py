@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
+
+from vdrnn.files import replaced_atomically
 
 log = logging.getLogger("vdrnn")
 
@@ -85,6 +86,5 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def write_atomically(path: Path, text: str) -> None:
     """Replace ``path``'s contents so that a crash leaves either the old file or the new one."""
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with replaced_atomically(path) as f:
+        f.write(text.encode())
