@@ -123,7 +123,7 @@ def base_settings() -> dict[str, str]:
 
 
 # A sentiment model scores every review on its own, so how many reviews an evaluation pass holds changes no
-# weight-scaling number (MC draws its masks in another order: another draw, as another seed's would be). A language
+# weight-scaling number beyond float rounding (MC draws its masks in another order: another draw). A language
 # model's evaluation batch does change its numbers: it cuts the text into other streams.
 SENTIMENT_NOT_SETTINGS = ("data.eval_batch_size",)
 
