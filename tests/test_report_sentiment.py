@@ -140,3 +140,17 @@ def test_sentiment_runs_that_differ_only_in_evaluation_batch_size_are_seeds_of_o
     lm = {"data": {"name": "ptb", "eval_batch_size": 10}}
     assert "data.eval_batch_size" in report.run_settings(lm)
     assert "data.eval_batch_size" not in report.run_settings({"data": {"name": "imdb", "eval_batch_size": 10}})
+
+
+def test_every_curve_of_a_crowded_panel_looks_different():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    for i in range(12):
+        report.plot_mean_curve(ax, [[1.0 + i, 2.0 + i]], f"line {i}")
+    looks = [(line.get_color(), line.get_linestyle()) for line in ax.get_lines()]
+    plt.close(fig)
+    assert len(set(looks)) == 12

@@ -300,7 +300,9 @@ def plot_mean_curve(ax, curves: list[list[float]], name: str) -> None:
     """One line: the mean over seeds of a per-epoch metric, over the epochs every seed reached."""
     epochs = min(len(c) for c in curves)
     mean = [statistics.mean(c[e] for c in curves) for e in range(epochs)]
-    ax.plot(range(1, epochs + 1), mean, marker="." if epochs < 30 else None, label=f"{name} (n={len(curves)})")
+    # Matplotlib's 10 colours repeat from the 11th line on; a new line style per 10 keeps every line its own look.
+    style = ("-", "--", ":")[len(ax.get_lines()) // 10 % 3]
+    ax.plot(range(1, epochs + 1), mean, style, marker="." if epochs < 30 else None, label=f"{name} (n={len(curves)})")
 
 
 def curve_figure(panels: int, lines: int):
