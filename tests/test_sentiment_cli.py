@@ -85,6 +85,18 @@ def test_a_finished_run_resumes_from_last_pt_for_more_epochs(imdb_run, imdb_dir)
     assert epochs == [1, 2, 3] and "resumed from" in (imdb_run / "vdrnn.log").read_text()
 
 
+def test_with_ema_the_test_and_eval_of_either_checkpoint_use_the_weight_average(tmp_path, imdb_dir):
+    run_cli("train", "experiment=imdb_lstm_variational", *SMALL, "trainer.epochs=1", "trainer.ema=0.9", "eval=scale",
+            f"data.root={imdb_dir}", "hydra.run.dir=run", cwd=tmp_path)
+    trained = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert trained["config"]["trainer"]["ema"] == 0.9
+    for name in ("best.pt", "last.pt"):  # one epoch: both hold the same average, last.pt beside the raw weights
+        run_cli("eval", f"checkpoint={tmp_path / 'run' / name}", f"data.root={imdb_dir}", "device=cpu",
+                f"hydra.run.dir=eval_{name}", cwd=tmp_path)
+        evaluated = json.loads((tmp_path / f"eval_{name}" / "eval.json").read_text())
+        assert evaluated["test_nll"] == pytest.approx(trained["test_nll"], rel=1e-6)
+
+
 def test_scale_regression_run_reports_rmse_both_ways(tmp_path, scale_dir):
     run_cli("train", "experiment=scale_lstm_variational", *SMALL, "trainer.epochs=1", f"data.root={scale_dir}",
             "eval.samples=3", "hydra.run.dir=run", cwd=tmp_path)

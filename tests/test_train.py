@@ -165,3 +165,14 @@ def test_ema_values_that_cannot_work_are_refused(tmp_path, tiny_corpus, override
 
     with pytest.raises(ConfigError, match=message):
         trainer(tmp_path, tiny_corpus, "trainer.ema=0.99" if "optimizer" in override else "trainer.lr=1", override)
+
+
+def test_eval_of_an_ema_runs_last_checkpoint_tests_the_average_as_its_best_does(tmp_path, tiny_corpus):
+    from vdrnn import checkpoint
+    from vdrnn.train import evaluate
+
+    t = trainer(tmp_path, tiny_corpus, "trainer.ema=0.9", "trainer.epochs=1", "trainer.lr=0.5")
+    metrics = t.fit()  # one epoch: best.pt and last.pt come from the same step
+    for name in ("best.pt", "last.pt"):  # last.pt's model state is the raw weights; it carries the average
+        evaluated = evaluate(t.raw_config, tmp_path / name, checkpoint.load(tmp_path / name))
+        assert evaluated["valid_ppl"] == pytest.approx(metrics["valid_ppl"], rel=1e-6)

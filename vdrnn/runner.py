@@ -85,7 +85,8 @@ class WeightAverage:
 
     The running sums start at zero and are divided by 1 - decay**steps when read (Adam's bias correction),
     so after n steps the average is sum_i decay**(n-i) w_i / sum_i decay**(n-i) over the n iterates seen,
-    with no pull towards the initial weights.
+    with no pull towards the initial weights. Every optimizer step counts, also one that fp16 loss scaling
+    skipped (its unchanged weights enter again): telling them apart would cost a host sync per step.
     """
 
     def __init__(self, params: list[torch.nn.Parameter], decay: float):
@@ -113,6 +114,19 @@ class WeightAverage:
         with torch.no_grad():
             for mine, saved in zip(self.sums, state["sums"], strict=True):
                 mine.copy_(saved)
+
+
+def load_evaluation_weights(model: torch.nn.Module, payload: dict[str, Any], path: Path) -> None:
+    """Put the weights a run validates and tests into ``model``: the checkpoint's model state, or, for a ``last.pt``
+    of a ``trainer.ema`` run (whose model state is the raw weights training continues from), the moving average it
+    carries. A ``best.pt`` holds the average as its model state already, so both give the same model."""
+    checkpoint.load_model_state(model, payload, path)
+    if "weight_average" in payload:
+        average = WeightAverage(list(model.parameters()), payload["config"]["trainer"]["ema"])
+        average.load_state_dict(payload["weight_average"])
+        with torch.no_grad():
+            for param, value in zip(average.params, average.averages(), strict=True):
+                param.copy_(value)
 
 
 class TrainWindow:

@@ -27,7 +27,13 @@ from vdrnn.dropout import make_dropout
 from vdrnn.evaluate import autocast, exp_or_inf, mc_perplexity, perplexity
 from vdrnn.graphed import GraphedTrainStep
 from vdrnn.model import LanguageModel, detach_state
-from vdrnn.runner import EpochTrainer, make_optimizer, resolve_device, swapped_weights
+from vdrnn.runner import (
+    EpochTrainer,
+    load_evaluation_weights,
+    make_optimizer,
+    resolve_device,
+    swapped_weights,
+)
 from vdrnn.tracking import RunLogger
 
 log = logging.getLogger("vdrnn")
@@ -234,7 +240,7 @@ def evaluate(raw: dict[str, Any], path: Path, payload: dict[str, Any]) -> dict[s
     corpus = load_corpus(run_cfg)
     checkpoint.check_vocab(payload, corpus.vocab, path, "evaluate it on the data it was trained on (data.root)")
     model = build_model(run_cfg, len(corpus.vocab), device)
-    checkpoint.load_model_state(model, payload, path)
+    load_evaluation_weights(model, payload, path)
     metrics = evaluate_all(model, corpus, run_cfg)
     metrics.update({"checkpoint": str(path), "epoch": payload["epoch"]})
     return metrics

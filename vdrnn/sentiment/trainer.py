@@ -26,7 +26,7 @@ from tqdm import tqdm
 from vdrnn import checkpoint
 from vdrnn.dropout import make_dropout
 from vdrnn.evaluate import autocast
-from vdrnn.runner import EpochTrainer, resolve_device
+from vdrnn.runner import EpochTrainer, load_evaluation_weights, resolve_device
 from vdrnn.sentiment.config import SentimentRunConfig, from_dict
 from vdrnn.sentiment.data import CLASSIFICATION, TaskData, load_task, minibatches
 from vdrnn.sentiment.evaluate import evaluate_split
@@ -144,7 +144,7 @@ def evaluate(raw: dict[str, Any], path: Path, payload: dict[str, Any]) -> dict[s
     task = load_task(run_cfg.data)
     checkpoint.check_vocab(payload, task.vocab, path, "evaluate it on the data it was trained on (data.root)")
     model = build_model(run_cfg, task, device)
-    checkpoint.load_model_state(model, payload, path)
+    load_evaluation_weights(model, payload, path)
     metrics = evaluate_all(model, task, run_cfg)
     metrics.update({"checkpoint": str(path), "epoch": payload["epoch"]})
     return metrics
