@@ -176,3 +176,14 @@ def test_eval_of_an_ema_runs_last_checkpoint_tests_the_average_as_its_best_does(
     for name in ("best.pt", "last.pt"):  # last.pt's model state is the raw weights; it carries the average
         evaluated = evaluate(t.raw_config, tmp_path / name, checkpoint.load(tmp_path / name))
         assert evaluated["valid_ppl"] == pytest.approx(metrics["valid_ppl"], rel=1e-6)
+
+
+def test_eval_of_an_averaged_sgd_runs_last_checkpoint_tests_the_averages(tmp_path, tiny_corpus):
+    from vdrnn import checkpoint
+    from vdrnn.train import evaluate
+
+    t = trainer(tmp_path, tiny_corpus, "trainer.optimizer=asgd", "trainer.epochs=1", "trainer.lr=0.5")
+    metrics = t.fit()
+    for name in ("best.pt", "last.pt"):
+        evaluated = evaluate(t.raw_config, tmp_path / name, checkpoint.load(tmp_path / name))
+        assert evaluated["valid_ppl"] == pytest.approx(metrics["valid_ppl"], rel=1e-6)

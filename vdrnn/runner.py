@@ -118,15 +118,22 @@ class WeightAverage:
 
 def load_evaluation_weights(model: torch.nn.Module, payload: dict[str, Any], path: Path) -> None:
     """Put the weights a run validates and tests into ``model``: the checkpoint's model state, or, for a ``last.pt``
-    of a ``trainer.ema`` run (whose model state is the raw weights training continues from), the moving average it
-    carries. A ``best.pt`` holds the average as its model state already, so both give the same model."""
+    whose model state is the raw weights training continues from, the average it carries: ``trainer.ema``'s moving
+    average, or averaged SGD's running means (the optimizer's ``ax``). A ``best.pt`` holds that average as its model
+    state already, so both checkpoints give the same model."""
     checkpoint.load_model_state(model, payload, path)
+    params = list(model.parameters())
     if "weight_average" in payload:
-        average = WeightAverage(list(model.parameters()), payload["config"]["trainer"]["ema"])
+        average = WeightAverage(params, payload["config"]["trainer"]["ema"])
         average.load_state_dict(payload["weight_average"])
-        with torch.no_grad():
-            for param, value in zip(average.params, average.averages(), strict=True):
-                param.copy_(value)
+        values = dict(enumerate(average.averages()))
+    elif payload.get("averaging"):  # the optimizer state is keyed by the parameters' order
+        values = {i: s["ax"] for i, s in payload["optimizer"]["state"].items() if "ax" in s}
+    else:
+        return
+    with torch.no_grad():
+        for i, value in values.items():
+            params[i].copy_(value)
 
 
 class TrainWindow:
