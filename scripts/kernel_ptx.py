@@ -55,7 +55,7 @@ def signature(kernel, op_dtype: str, constexprs: dict) -> dict:
             types[name] = "fp32"
         elif name == "cnt_ptr":
             types[name] = "*i32"
-        elif name in ("w_ptr", "xp_ptr", "y_ptr"):  # the tensors that are bf16 under autocast
+        elif name in ("w_ptr", "xp_ptr", "y_ptr", "hz_ptr"):  # the tensors that are bf16 under autocast
             types[name] = f"*{op_dtype}"
         else:
             types[name] = "*fp32"

@@ -13,13 +13,15 @@ What runs where (one layer, T steps, batch B, hidden H):
 2. Forward, ONE Triton kernel per time step (``_fwd_step``). A program owns a block of hidden units
    j and all four gates of those units, so it has everything the LSTM cell needs for them:
        gates_g[b, j] = sum_k (h_{t-1}[b, k] * z_h[b, g, k]) * W_hh[g*H + j, k] + x_proj[t, b, g*H + j] + b_hh
-   The mask is applied to the GEMM operand as it is loaded (so the masked h is never written
-   out); tied masks use one z_h for all four gates, untied masks load z_h[:, g] per gate. Then the
-   cell (sigmoid/tanh, c_t = f*c + i*g, Moon's c_t *= m and h_t *= 1/(1-p)) runs on the
-   accumulators in fp32, and the program stores h_t, c_t, y_t and the four gate activations
-   (what backward needs). One launch per step is the minimum: step t+1 needs all of h_t, i.e.
-   the results of every program of step t, and a launch boundary is the only grid-wide barrier
-   that is cheap and capturable in a CUDA graph.
+   The operand h_{t-1} * z_h comes ready: the step before stored it, masked and in the product's
+   dtype (``hz``: one copy for tied masks, one per gate for untied), so the n_j programs reading
+   each slice of it load one tensor instead of h and z and multiplying (measured 7-16% off the
+   step at H=1500, results/bench/NOTES.md). Then the cell (sigmoid/tanh, c_t = f*c + i*g, Moon's
+   c_t *= m and h_t *= 1/(1-p)) runs on the accumulators in fp32, and the program stores h_t,
+   h_t * z_h (the next step's operand), c_t, y_t and the four gate activations (what backward
+   needs). One launch per step is the minimum: step t+1 needs all of h_t, i.e. the results of
+   every program of step t, and a launch boundary is the cheapest grid-wide barrier that a CUDA
+   graph can hold (a persistent kernel handing h_t over through global memory measured slower).
 3. Backward, ONE Triton kernel per time step in reverse (``_bwd_step``). A program owns hidden
    units j and computes
        dh_t[b, j] = dy_t[b, j] + sum_g z_h[b, g, j] * sum_k dgates_{t+1}[b, g*H + k] * W_hh[g*H + k, j]
@@ -28,7 +30,7 @@ What runs where (one layer, T steps, batch B, hidden H):
    with the pointwise saves one launch and one round trip of dh per step (a cuBLAS GEMM plus a
    pointwise kernel would be two launches per step).
 4. After the loop, whole-sequence products that need no loop: dW_hh as ONE GEMM over all T*B rows
-   (dgates^T @ (h_{t-1} * z_h); a per-gate batched GEMM for untied masks), db_hh = sum of dgates,
+   (dgates^T @ hz, the operands the forward used; a per-gate batched GEMM for untied masks), db_hh = sum of dgates,
    d x_proj = dgates (autograd carries it on to x, w_ih, b_ih), dh_0 from one more small GEMM.
 
 Split-K inside the one launch. At batch 20 a step has only H / 16 blocks of output (41 at H=650,
@@ -127,7 +129,7 @@ def _build_kernels():
 
     @triton.jit(do_not_specialize=["t"])
     def _fwd_step(
-        t, xp_ptr, w_ptr, bias_ptr, zh_ptr, zc_ptr, c_scale,
+        t, xp_ptr, w_ptr, bias_ptr, hz_ptr, zh_ptr, zc_ptr, c_scale,
         hs_ptr, cs_ptr, y_ptr, act_ptr, ws_ptr, cnt_ptr,
         B, stride_w, stride_zb, stride_zg,
         H: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr, HAS_ZC: tl.constexpr,
@@ -135,16 +137,19 @@ def _build_kernels():
         BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
         K_CHUNK: tl.constexpr, SPLIT: tl.constexpr,
     ):
-        """Step t: reads hs[t], cs[t], x_proj[t]; writes hs[t+1], cs[t+1], y[t], acts[t].
+        """Step t: reads hz[t], cs[t], x_proj[t]; writes hz[t+1], hs[t+1], cs[t+1], y[t], acts[t].
 
-        hs, cs: [T+1, B, H] fp32; x_proj, acts: [T, B, 4H]; y: [T, B, H]; W: [4H, stride_w];
-        ws: [SPLIT, B, 4H] fp32 partial sums; cnt: one int32 arrival counter per (b, j) block.
-        Program (j, s, b) sums k in [s*K_CHUNK, (s+1)*K_CHUNK) for hidden units j, batch rows b.
+        hz: [T+1, NZ, B, H] in OP_DTYPE, h_t already masked (NZ = 4 masked copies for untied masks, else 1),
+        the product's operand as the previous step stored it; hs, cs: [T+1, B, H] fp32; x_proj, acts:
+        [T, B, 4H]; y: [T, B, H]; W: [4H, stride_w]; ws: [SPLIT, B, 4H] fp32 partial sums; cnt: one int32
+        arrival counter per (b, j) block. Program (j, s, b) sums k in [s*K_CHUNK, (s+1)*K_CHUNK) for hidden
+        units j, batch rows b.
         """
         pid_s = tl.program_id(1)
         t = t.to(tl.int64)
         offs_b, offs_j, mask_b, mask_j, mask_bj = parts.block(B, H, BLOCK_B, BLOCK_H)
-        h_prev = hs_ptr + t * B * H
+        NZ = 4 if PER_GATE else 1  # masked copies of h per step in hz
+        a_prev = hz_ptr + t * NZ * B * H + offs_b[:, None] * H
         acc_i = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
         acc_f = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
         acc_g = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
@@ -152,7 +157,6 @@ def _build_kernels():
         for kk in range(0, K_CHUNK, BLOCK_K):
             offs_k = pid_s * K_CHUNK + kk + tl.arange(0, BLOCK_K)
             mask_bk = mask_b[:, None] & (offs_k < H)[None, :]
-            h = tl.load(h_prev + offs_b[:, None] * H + offs_k[None, :], mask=mask_bk, other=0.0)
             # W^T tiles [BLOCK_K, BLOCK_H] of the four gates' rows for units j. The packed rows are
             # zero-padded to SPLIT * K_CHUNK columns, so k needs no mask here (full-width loads).
             w_rows = w_ptr + offs_j[None, :] * stride_w + offs_k[:, None]
@@ -160,16 +164,13 @@ def _build_kernels():
             w_f = tl.load(w_rows + H * stride_w, mask=mask_j[None, :], other=0.0)
             w_g = tl.load(w_rows + 2 * H * stride_w, mask=mask_j[None, :], other=0.0)
             w_o = tl.load(w_rows + 3 * H * stride_w, mask=mask_j[None, :], other=0.0)
-            z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_k[None, :]
-            if HAS_ZH and PER_GATE:  # untied: each gate sees its own masked copy of h_{t-1}
-                a_i = (h * tl.load(z_at, mask=mask_bk, other=0.0)).to(OP_DTYPE)
-                a_f = (h * tl.load(z_at + stride_zg, mask=mask_bk, other=0.0)).to(OP_DTYPE)
-                a_g = (h * tl.load(z_at + 2 * stride_zg, mask=mask_bk, other=0.0)).to(OP_DTYPE)
-                a_o = (h * tl.load(z_at + 3 * stride_zg, mask=mask_bk, other=0.0)).to(OP_DTYPE)
-            else:
-                if HAS_ZH:  # tied: one masked h_{t-1} for all four gates
-                    h = h * tl.load(z_at, mask=mask_bk, other=0.0)
-                a_i = h.to(OP_DTYPE)
+            a_at = a_prev + offs_k[None, :]
+            a_i = tl.load(a_at, mask=mask_bk, other=0.0)
+            if PER_GATE:  # untied: each gate sees its own masked copy of h_{t-1}
+                a_f = tl.load(a_at + B * H, mask=mask_bk, other=0.0)
+                a_g = tl.load(a_at + 2 * B * H, mask=mask_bk, other=0.0)
+                a_o = tl.load(a_at + 3 * B * H, mask=mask_bk, other=0.0)
+            else:  # tied (or no mask): one operand for all four gates
                 a_f = a_i
                 a_g = a_i
                 a_o = a_i
@@ -194,6 +195,13 @@ def _build_kernels():
         c_prev = tl.load(cs_ptr + t * B * H + bh, mask=mask_bj, other=0.0)
         if HAS_ZC:
             keep = tl.load(zc_ptr + bh, mask=mask_bj, other=0.0)
+        if HAS_ZH:  # the recurrent masks of units j, for the masked copies of h_t stored below
+            z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
+            z_i = tl.load(z_at, mask=mask_bj, other=0.0)
+            if PER_GATE:
+                z_f = tl.load(z_at + stride_zg, mask=mask_bj, other=0.0)
+                z_g = tl.load(z_at + 2 * stride_zg, mask=mask_bj, other=0.0)
+                z_o = tl.load(z_at + 3 * stride_zg, mask=mask_bj, other=0.0)
         if SPLIT > 1:
             # Split-K: publish the partial sums; the last of the SPLIT programs of this (j, b) block to
             # arrive adds them up in a fixed order and runs the cell (see kernel_parts.arrive).
@@ -228,6 +236,17 @@ def _build_kernels():
         tl.store(cs_ptr + (t + 1) * B * H + bh, c, mask=live)
         tl.store(hs_ptr + (t + 1) * B * H + bh, h_new, mask=live)
         tl.store(y_ptr + t * B * H + bh, h_new.to(y_ptr.dtype.element_ty), mask=live)
+        # The next step's operand, masked and cast once here rather than by each of the next step's programs
+        # that reads it (n_j of them per k slice, loading h and z and multiplying).
+        hz_next = hz_ptr + (t + 1) * NZ * B * H + bh
+        if HAS_ZH:
+            tl.store(hz_next, (h_new * z_i).to(OP_DTYPE), mask=live)
+            if PER_GATE:
+                tl.store(hz_next + B * H, (h_new * z_f).to(OP_DTYPE), mask=live)
+                tl.store(hz_next + 2 * B * H, (h_new * z_g).to(OP_DTYPE), mask=live)
+                tl.store(hz_next + 3 * B * H, (h_new * z_o).to(OP_DTYPE), mask=live)
+        else:
+            tl.store(hz_next, h_new.to(OP_DTYPE), mask=live)
         if SAVE_ACTS:
             act = act_ptr + t * B * G + offs_b[:, None] * G + offs_j[None, :]
             tl.store(act, i, mask=live)
@@ -405,8 +424,18 @@ def _dummy(like: torch.Tensor) -> torch.Tensor:
     return torch.empty(1, device=like.device, dtype=torch.float32)
 
 
+def _masked_h0(h0: torch.Tensor, zh: torch.Tensor | None, per_gate: bool) -> torch.Tensor:
+    """h_0 as the first step's product operand: [NZ, B, H], masked (per gate for untied masks)."""
+    if zh is None:
+        return h0.unsqueeze(0)
+    if per_gate:
+        return (h0.unsqueeze(1) * zh).transpose(0, 1)
+    return (h0 * zh).unsqueeze(0)
+
+
 def _forward(x_proj, h0, c0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
-    """Run the T forward steps. Returns y [T,B,H] (x_proj dtype), hs, cs [T+1,B,H] fp32, acts or None."""
+    """Run the T forward steps. Returns y [T,B,H] (x_proj dtype), hs, cs [T+1,B,H] fp32, acts or None, and hz
+    [T+1, NZ, B, H]: each step's product operand, h_t masked (NZ = 4 copies for untied masks) in W's dtype."""
     fwd, _ = _build_kernels()
     steps, batch, four_h = x_proj.shape
     hidden = four_h // GATES
@@ -416,6 +445,8 @@ def _forward(x_proj, h0, c0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     cs = torch.empty_like(hs)
     hs[0].copy_(h0)
     cs[0].copy_(c0)
+    hz = torch.empty(steps + 1, GATES if per_gate else 1, batch, hidden, device=dev, dtype=w_op.dtype)
+    hz[0].copy_(_masked_h0(h0, zh if has_zh else None, per_gate))
     y = torch.empty(steps, batch, hidden, device=dev, dtype=x_proj.dtype)
     acts = torch.empty(steps, batch, four_h, device=dev, dtype=torch.float32) if save_acts else hs
     if plan.split_f > 1:
@@ -429,13 +460,13 @@ def _forward(x_proj, h0, c0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     bias = b_hh.detach()
     for t in range(steps):
         fwd[grid](
-            t, x_proj, w_op, bias, zh, zc, c_scale, hs, cs, y, acts, ws, counters,
+            t, x_proj, w_op, bias, hz, zh, zc, c_scale, hs, cs, y, acts, ws, counters,
             batch, w_op.stride(0), szb, szg, H=hidden,
             HAS_ZH=has_zh, PER_GATE=per_gate, HAS_ZC=has_zc, SAVE_ACTS=save_acts,
             OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K,
             K_CHUNK=plan.chunk_f, SPLIT=plan.split_f, num_warps=NUM_WARPS, num_stages=plan.stages_f,
         )
-    return y, hs, cs, (acts if save_acts else None)
+    return y, hs, cs, (acts if save_acts else None), hz
 
 
 def _op_dtype(device: torch.device) -> torch.dtype:
@@ -453,8 +484,8 @@ class _FusedLSTM(torch.autograd.Function):
         plan = _Plan(x_proj.shape[1], h0.shape[-1], x_proj.device)
         w_op = _pack_weight(w_hh, op_dtype, plan)
         margs = _mask_args(zh, zc, c_scale, _dummy(x_proj))
-        y, hs, cs, acts = _forward(x_proj, h0, c0, w_op, b_hh, margs, plan, save_acts=True)
-        ctx.save_for_backward(w_op, hs, cs, acts, margs[0], margs[5])
+        y, hs, cs, acts, hz = _forward(x_proj, h0, c0, w_op, b_hh, margs, plan, save_acts=True)
+        ctx.save_for_backward(w_op, hz, cs, acts, margs[0], margs[5])
         ctx.margs = margs[1:5] + margs[6:]
         ctx.plan = plan
         ctx.dtypes = (x_proj.dtype, h0.dtype, c0.dtype, w_hh.dtype, b_hh.dtype)
@@ -471,7 +502,7 @@ class _FusedLSTM(torch.autograd.Function):
     @staticmethod
     def _backward(ctx, dy, dh_t, dc_t):
         _, bwd = _build_kernels()
-        w_op, hs, cs, acts, zh, zc = ctx.saved_tensors
+        w_op, hz, cs, acts, zh, zc = ctx.saved_tensors
         szb, szg, has_zh, per_gate, has_zc, c_scale = ctx.margs
         plan = ctx.plan
         xp_dtype, h0_dtype, c0_dtype, w_dtype, b_dtype = ctx.dtypes
@@ -497,17 +528,15 @@ class _FusedLSTM(torch.autograd.Function):
             )
         # Whole-sequence products, one library call each (no loop over t).
         w = w_op[:, :hidden]
-        h_prev = hs[:steps]  # h_{t-1} for t = 0..T-1
+        hz = hz[:steps]  # each step's operand: h_{t-1} masked, for t = 0..T-1, as the forward used it
         dg_op = dgates.to(w_op.dtype)
         if per_gate:  # untied: gate g saw h * z_h^g, so dW_g and dh_0 are per-gate products
-            hz = (h_prev.unsqueeze(2) * zh).to(w_op.dtype)  # [T, B, G, H]
-            dg4 = dg_op.view(steps * batch, GATES, hidden)
-            dw = torch.einsum("ngk,ngj->gkj", dg4, hz.view(steps * batch, GATES, hidden))
-            dh0 = torch.einsum("bgk,gkj->bgj", dg4[:batch], w.reshape(GATES, hidden, hidden)).float()
+            dg4 = dg_op.view(steps, batch, GATES, hidden)
+            dw = torch.einsum("tbgk,tgbj->gkj", dg4, hz)
+            dh0 = torch.einsum("bgk,gkj->bgj", dg4[0], w.reshape(GATES, hidden, hidden)).float()
             dh0 = (dh0 * zh).sum(1)
         else:
-            hz = (h_prev * zh if has_zh else h_prev).to(w_op.dtype)
-            dw = dg_op.view(steps * batch, -1).t() @ hz.view(steps * batch, hidden)
+            dw = dg_op.view(steps * batch, -1).t() @ hz.reshape(steps * batch, hidden)
             dh0 = (dg_op[0] @ w).float()
             if has_zh:
                 dh0 = dh0 * zh
@@ -540,5 +569,6 @@ def lstm_fused(
     # Inference (e.g. MC dropout evaluation): the same kernels, nothing saved for backward.
     plan = _Plan(x_proj.shape[1], h0.shape[-1], x_proj.device)
     margs = _mask_args(zh, masks.c, masks.c_scale, _dummy(x_proj))
-    y, hs, cs, _ = _forward(x_proj, h0, c0, _pack_weight(w_hh, op_dtype, plan), b_hh, margs, plan, save_acts=False)
+    y, hs, cs, _, _ = _forward(x_proj, h0, c0, _pack_weight(w_hh, op_dtype, plan), b_hh, margs, plan,
+                               save_acts=False)
     return y, (hs[-1], cs[-1])
