@@ -11,10 +11,11 @@ from vdrnn.train import LanguageModelTrainer
 
 
 def trainer(tmp_path, corpus, *overrides) -> LanguageModelTrainer:
+    device = [] if any(o.startswith("device=") for o in overrides) else ["device=cpu"]
     with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=[
             "model=small", "model.hidden_size=8", "model.impl=reference", "dropout=none", f"data.root={corpus}",
-            "data.allow_custom_corpus=true", "data.batch_size=4", "data.bptt=6", "device=cpu",
+            "data.allow_custom_corpus=true", "data.batch_size=4", "data.bptt=6", *device,
             "trainer.clip=1e9", *overrides])
     raw = to_container(cfg)
     return LanguageModelTrainer(from_dict(raw), tmp_path, raw)
@@ -155,6 +156,21 @@ def test_with_ema_the_average_is_validated_and_kept_while_training_goes_on_from_
     assert all(torch.equal(best["model"][n], v) for n, v in zip(names, validated[0], strict=True))  # kept in best.pt
     # ... while last.pt, what training continues from, holds the weights themselves, swapped back after validation
     assert not any(torch.allclose(last["model"][n], v) for n, v in zip(names, validated[0], strict=True))
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the graphed step runs on CUDA only")
+def test_graphed_steps_keep_the_ema_average_as_eager_steps_do(tmp_path, tiny_corpus):
+    averages = {}
+    for graph in ("auto", "off"):
+        (tmp_path / graph).mkdir()
+        t = trainer(tmp_path / graph, tiny_corpus, "device=cuda", f"trainer.cuda_graph={graph}", "trainer.ema=0.9",
+                    "trainer.epochs=1", "trainer.lr=0.5")
+        assert (t.graphed_step() is not None) == (graph == "auto")
+        t.fit()
+        averages[graph] = t.average.steps, t.average.averages()
+    (steps, graphed), (eager_steps, eager) = averages["auto"], averages["off"]
+    assert steps == eager_steps == t.step > 1  # one update per replay, as per eager step
+    assert all(torch.allclose(g, e, atol=1e-6) for g, e in zip(graphed, eager, strict=True))
+
 
 @pytest.mark.parametrize("override,message", [
     ("trainer.ema=1.0", r"trainer.ema=1.0 is the decay .* \[0, 1\)"),

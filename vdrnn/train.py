@@ -114,10 +114,11 @@ class LanguageModelTrainer(EpochTrainer):
     def graphed_step(self) -> GraphedTrainStep | None:
         """The whole step as one CUDA graph (:mod:`vdrnn.graphed`), where that step is the whole story:
         on CUDA, fixed BPTT length, no AR/TAR, plain SGD (Adam and ASGD, as built, refuse graph capture;
-        NT-ASGD switches optimizer mid-run), no fp16 loss scaling, no weight average (updated outside it)."""
+        NT-ASGD switches optimizer mid-run), no fp16 loss scaling. A ``trainer.ema`` average is updated after
+        each replay, outside the graph (:meth:`train_epoch`)."""
         t, d = self.cfg.trainer, self.cfg.data
         if t.cuda_graph == "off" or self.device.type != "cuda" or t.amp == "fp16" or d.variable_bptt \
-                or t.ar > 0 or t.tar > 0 or t.optimizer != "sgd" or t.ema:
+                or t.ar > 0 or t.tar > 0 or t.optimizer != "sgd":
             return None
         if self._graphed is None:
             decay = t.weight_decay if t.weight_decay_mode == "gal" else 0.0  # l2 is in the optimizer
@@ -140,6 +141,8 @@ class LanguageModelTrainer(EpochTrainer):
                 for group in self.optimizer.param_groups:
                     group["lr"] = step_lr  # a new value re-records the graph (once per epoch)
                 loss, grad_norm, state = graphed(inputs, targets, state)
+                if self.average is not None:  # the eager step does this in optimizer_step
+                    self.average.update()
             else:
                 loss, grad_norm, state = self.train_step(inputs, targets, state, step_lr)
             return loss, grad_norm, targets.numel(), targets.numel()
