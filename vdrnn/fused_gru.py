@@ -15,7 +15,8 @@ What runs where (one layer, T steps, batch B, hidden H, gates r, z, n as torch.n
        a_g = sum_k (h_{t-1}[b, k] * z_h^g[b, k]) * W_hh[g*H + j, k] + b_hh[g*H + j]
        r = sigma(x_r + a_r)    z = sigma(x_z + a_z)    n = tanh(x_n + r * a_n)
        h_t = (1 - z) * n + z * h_{t-1}          (h_{t-1} undropped here, as gru_reference)
-   and stores h_t, y_t and (r, z, n, a_n) for the backward.
+   and stores h_t, h_t * z_h (the next step's operand, as the LSTM's ``hz``: one copy tied, three
+   untied, in the product's dtype), y_t and (r, z, n, a_n) for the backward.
 3. Backward, ONE kernel per step in reverse (``_gru_bwd_step``), program owning units j:
        dh_t = dy_t + z_{t+1} * dh_{t+1} + sum_g z_h^g * (da_{t+1}^g @ W_g)
    then the cell's backward: da_r, da_z, da_n = dn_pre * r (the recurrent gradients, what the
@@ -53,43 +54,41 @@ def _build_kernels():
 
     @triton.jit(do_not_specialize=["t"])
     def _gru_fwd_step(
-        t, xp_ptr, w_ptr, bias_ptr, zh_ptr, hs_ptr, y_ptr, act_ptr, ws_ptr, cnt_ptr,
+        t, xp_ptr, w_ptr, bias_ptr, hz_ptr, zh_ptr, hs_ptr, y_ptr, act_ptr, ws_ptr, cnt_ptr,
         B, stride_w, stride_zb, stride_zg,
         H: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr, SAVE_ACTS: tl.constexpr,
         OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
         BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
         K_CHUNK: tl.constexpr, SPLIT: tl.constexpr,
     ):
-        """Step t: reads hs[t], x_proj[t]; writes hs[t+1], y[t], acts[t] = (r, z, n, a_n).
+        """Step t: reads hz[t], hs[t], x_proj[t]; writes hz[t+1], hs[t+1], y[t], acts[t] = (r, z, n, a_n).
 
-        hs: [T+1, B, H] fp32; x_proj: [T, B, 3H]; acts: [T, B, 4H]; W: [3H, stride_w];
+        hz: [T+1, NZ, B, H] in OP_DTYPE, h_t masked (NZ = 3 copies for untied masks, else 1); hs: [T+1, B, H]
+        fp32; x_proj: [T, B, 3H]; acts: [T, B, 4H]; W: [3H, stride_w];
         ws: [SPLIT, B, 3H] fp32 partial sums; cnt: one int32 arrival counter per (b, j) block.
         """
         pid_s = tl.program_id(1)
         t = t.to(tl.int64)
         offs_b, offs_j, mask_b, mask_j, mask_bj = parts.block(B, H, BLOCK_B, BLOCK_H)
-        h_prev_ptr = hs_ptr + t * B * H
+        NZ = 3 if PER_GATE else 1  # masked copies of h per step in hz
+        a_prev = hz_ptr + t * NZ * B * H + offs_b[:, None] * H
         acc_r = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
         acc_z = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
         acc_n = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
         for kk in range(0, K_CHUNK, BLOCK_K):
             offs_k = pid_s * K_CHUNK + kk + tl.arange(0, BLOCK_K)
             mask_bk = mask_b[:, None] & (offs_k < H)[None, :]
-            h = tl.load(h_prev_ptr + offs_b[:, None] * H + offs_k[None, :], mask=mask_bk, other=0.0)
             # W^T tiles of the three gates' rows for units j; packed rows are zero-padded, so no k mask.
             w_rows = w_ptr + offs_j[None, :] * stride_w + offs_k[:, None]
             w_r = tl.load(w_rows, mask=mask_j[None, :], other=0.0)
             w_z = tl.load(w_rows + H * stride_w, mask=mask_j[None, :], other=0.0)
             w_n = tl.load(w_rows + 2 * H * stride_w, mask=mask_j[None, :], other=0.0)
-            z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_k[None, :]
-            if HAS_ZH and PER_GATE:  # untied: each gate sees its own masked copy of h_{t-1}
-                a_r = (h * tl.load(z_at, mask=mask_bk, other=0.0)).to(OP_DTYPE)
-                a_z = (h * tl.load(z_at + stride_zg, mask=mask_bk, other=0.0)).to(OP_DTYPE)
-                a_n = (h * tl.load(z_at + 2 * stride_zg, mask=mask_bk, other=0.0)).to(OP_DTYPE)
-            else:
-                if HAS_ZH:  # tied: one masked h_{t-1} for the three gates
-                    h = h * tl.load(z_at, mask=mask_bk, other=0.0)
-                a_r = h.to(OP_DTYPE)
+            a_at = a_prev + offs_k[None, :]
+            a_r = tl.load(a_at, mask=mask_bk, other=0.0)
+            if PER_GATE:  # untied: each gate sees its own masked copy of h_{t-1}
+                a_z = tl.load(a_at + B * H, mask=mask_bk, other=0.0)
+                a_n = tl.load(a_at + 2 * B * H, mask=mask_bk, other=0.0)
+            else:  # tied (or no mask): one operand for the three gates
                 a_z = a_r
                 a_n = a_r
             acc_r = tl.dot(a_r, w_r, acc_r, input_precision=PRECISION)
@@ -106,7 +105,13 @@ def _build_kernels():
         b_r = tl.load(bias_ptr + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
         b_z = tl.load(bias_ptr + H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
         b_n = tl.load(bias_ptr + 2 * H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
-        h_prev = tl.load(h_prev_ptr + bh, mask=mask_bj, other=0.0)
+        h_prev = tl.load(hs_ptr + t * B * H + bh, mask=mask_bj, other=0.0)
+        if HAS_ZH:  # the recurrent masks of units j, for the masked copies of h_t stored below
+            z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
+            z_r = tl.load(z_at, mask=mask_bj, other=0.0)
+            if PER_GATE:
+                z_z = tl.load(z_at + stride_zg, mask=mask_bj, other=0.0)
+                z_n = tl.load(z_at + 2 * stride_zg, mask=mask_bj, other=0.0)
         if SPLIT > 1:
             # Split-K as in vdrnn.fused: the last of the SPLIT programs of this block to arrive adds the
             # partial sums in a fixed order (deterministic) and runs the cell; nobody waits.
@@ -133,6 +138,14 @@ def _build_kernels():
         h_new = (1.0 - z) * n + z * h_prev
         tl.store(hs_ptr + (t + 1) * B * H + bh, h_new, mask=live)
         tl.store(y_ptr + t * B * H + bh, h_new.to(y_ptr.dtype.element_ty), mask=live)
+        hz_next = hz_ptr + (t + 1) * NZ * B * H + bh  # the next step's operand
+        if HAS_ZH:
+            tl.store(hz_next, (h_new * z_r).to(OP_DTYPE), mask=live)
+            if PER_GATE:
+                tl.store(hz_next + B * H, (h_new * z_z).to(OP_DTYPE), mask=live)
+                tl.store(hz_next + 2 * B * H, (h_new * z_n).to(OP_DTYPE), mask=live)
+        else:
+            tl.store(hz_next, h_new.to(OP_DTYPE), mask=live)
         if SAVE_ACTS:
             act = act_ptr + t * B * (4 * H) + offs_b[:, None] * (4 * H) + offs_j[None, :]
             tl.store(act, r, mask=live)
@@ -206,7 +219,8 @@ def _build_kernels():
 
 
 def _forward(x_proj, h0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
-    """Run the T forward steps. Returns y [T,B,H] (x_proj dtype), hs [T+1,B,H] fp32, acts [T,B,4H] or None."""
+    """Run the T forward steps. Returns y [T,B,H] (x_proj dtype), hs [T+1,B,H] fp32, acts [T,B,4H] or None, and
+    hz [T+1, NZ, B, H]: each step's product operand, h_t masked (NZ = 3 copies for untied masks) in W's dtype."""
     fwd, _ = _build_kernels()
     steps, batch, three_h = x_proj.shape
     hidden = three_h // GRU_GATES
@@ -214,6 +228,8 @@ def _forward(x_proj, h0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     zh, szb, szg, has_zh, per_gate = margs
     hs = torch.empty(steps + 1, batch, hidden, device=dev, dtype=torch.float32)
     hs[0].copy_(h0)
+    hz = torch.empty(steps + 1, GRU_GATES if per_gate else 1, batch, hidden, device=dev, dtype=w_op.dtype)
+    hz[0].copy_(fused._masked_h0(h0, zh if has_zh else None, per_gate))
     y = torch.empty(steps, batch, hidden, device=dev, dtype=x_proj.dtype)
     acts = torch.empty(steps, batch, SAVED * hidden, device=dev, dtype=torch.float32) if save_acts else hs
     if plan.split_f > 1:
@@ -227,13 +243,13 @@ def _forward(x_proj, h0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     bias = b_hh.detach()
     for t in range(steps):
         fwd[grid](
-            t, x_proj, w_op, bias, zh, hs, y, acts, ws, counters,
+            t, x_proj, w_op, bias, hz, zh, hs, y, acts, ws, counters,
             batch, w_op.stride(0), szb, szg, H=hidden, HAS_ZH=has_zh, PER_GATE=per_gate, SAVE_ACTS=save_acts,
             OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=fused.BLOCK_H,
             BLOCK_K=fused.BLOCK_K, K_CHUNK=plan.chunk_f, SPLIT=plan.split_f,
             num_warps=fused.NUM_WARPS, num_stages=plan.stages_f,
         )
-    return y, hs, (acts if save_acts else None)
+    return y, hs, (acts if save_acts else None), hz
 
 
 def _gru_mask_args(zh: torch.Tensor | None, like: torch.Tensor):
@@ -249,8 +265,8 @@ class _FusedGRU(torch.autograd.Function):
         plan = _Plan(x_proj.shape[1], h0.shape[-1], x_proj.device)
         w_op = _pack_weight(w_hh, op_dtype, plan)
         margs = _gru_mask_args(zh, x_proj)
-        y, hs, acts = _forward(x_proj, h0, w_op, b_hh, margs, plan, save_acts=True)
-        ctx.save_for_backward(w_op, hs, acts, margs[0])
+        y, hs, acts, hz = _forward(x_proj, h0, w_op, b_hh, margs, plan, save_acts=True)
+        ctx.save_for_backward(w_op, hs, hz, acts, margs[0])
         ctx.margs = margs[1:]
         ctx.plan = plan
         ctx.dtypes = (x_proj.dtype, h0.dtype, w_hh.dtype, b_hh.dtype)
@@ -267,7 +283,7 @@ class _FusedGRU(torch.autograd.Function):
     @staticmethod
     def _backward(ctx, dy, dh_t):
         _, bwd = _build_kernels()
-        w_op, hs, acts, zh = ctx.saved_tensors
+        w_op, hs, hz, acts, zh = ctx.saved_tensors
         szb, szg, has_zh, per_gate = ctx.margs
         plan = ctx.plan
         xp_dtype, h0_dtype, w_dtype, b_dtype = ctx.dtypes
@@ -293,17 +309,15 @@ class _FusedGRU(torch.autograd.Function):
             )
         # Whole-sequence products, one library call each. da = the gradients of the recurrent products.
         w = w_op[:, :hidden]
-        h_prev = hs[:steps]  # h_{t-1} for t = 0..T-1
+        hz = hz[:steps]  # each step's operand: h_{t-1} masked, for t = 0..T-1, as the forward used it
         da = dg[..., :three_h].to(w_op.dtype)
         if per_gate:  # untied: gate g saw h * z_h^g, so dW_g and dh_0 are per-gate products
-            hz = (h_prev.unsqueeze(2) * zh).to(w_op.dtype)  # [T, B, G, H]
-            da3 = da.reshape(steps * batch, GRU_GATES, hidden)
-            dw = torch.einsum("ngk,ngj->gkj", da3, hz.view(steps * batch, GRU_GATES, hidden))
-            dh0 = torch.einsum("bgk,gkj->bgj", da3[:batch], w.reshape(GRU_GATES, hidden, hidden)).float()
+            da3 = da.reshape(steps, batch, GRU_GATES, hidden)
+            dw = torch.einsum("tbgk,tgbj->gkj", da3, hz)
+            dh0 = torch.einsum("bgk,gkj->bgj", da3[0], w.reshape(GRU_GATES, hidden, hidden)).float()
             dh0 = (dh0 * zh).sum(1)
         else:
-            hz = (h_prev * zh if has_zh else h_prev).to(w_op.dtype)
-            dw = da.reshape(steps * batch, three_h).t() @ hz.view(steps * batch, hidden)
+            dw = da.reshape(steps * batch, three_h).t() @ hz.reshape(steps * batch, hidden)
             dh0 = (da[0] @ w).float()
             if has_zh:
                 dh0 = dh0 * zh
@@ -330,5 +344,5 @@ def gru_fused(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...
     # Inference (e.g. MC dropout evaluation): the same kernels, nothing saved for backward.
     plan = _Plan(x_proj.shape[1], h0.shape[-1], x_proj.device)
     margs = _gru_mask_args(zh, x_proj)
-    y, hs, _ = _forward(x_proj, h0, _pack_weight(w_hh, op_dtype, plan), b_hh, margs, plan, save_acts=False)
+    y, hs, _, _ = _forward(x_proj, h0, _pack_weight(w_hh, op_dtype, plan), b_hh, margs, plan, save_acts=False)
     return y, hs[-1]
