@@ -381,8 +381,10 @@ class _Plan:
         self.split_f, self.chunk_f = _cdiv(tiles, per_f), per_f * BLOCK_K
         self.ks, self.chunk_b = _cdiv(tiles, per_b), per_b * BLOCK_K
         # Software-pipelining depth: no deeper than the loop is long (deeper only costs shared memory,
-        # hence fewer programs resident per SM).
-        self.stages_f = max(1, min(NUM_STAGES, per_f))
+        # hence fewer programs resident per SM), and none for a forward loop of one or two K slices, too short
+        # to repay the pipeline's prologue (H=650 on an H100: LSTM step in fp32 2.74 -> 2.50 ms tied, bf16
+        # within 3%; GRU layer 1-6% faster; results/bench/NOTES.md).
+        self.stages_f = 1 if per_f <= 2 else min(NUM_STAGES, per_f)
         self.stages_b = max(1, min(NUM_STAGES, per_b))
         # Columns of the packed W: whole chunks for the forward, whole BLOCK_H blocks for the backward.
         self.w_cols = max(self.split_f * self.chunk_f, self.n_j * BLOCK_H)
