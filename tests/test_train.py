@@ -157,6 +157,7 @@ def test_with_ema_the_average_is_validated_and_kept_while_training_goes_on_from_
     # ... while last.pt, what training continues from, holds the weights themselves, swapped back after validation
     assert not any(torch.allclose(last["model"][n], v) for n, v in zip(names, validated[0], strict=True))
 
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the graphed step runs on CUDA only")
 def test_graphed_steps_keep_the_ema_average_as_eager_steps_do(tmp_path, tiny_corpus):
     averages = {}
