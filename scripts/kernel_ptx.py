@@ -55,7 +55,7 @@ def signature(kernel, op_dtype: str, constexprs: dict) -> dict:
             types[name] = "fp32"
         elif name == "cnt_ptr":
             types[name] = "*i32"
-        elif name in ("w_ptr", "xp_ptr", "y_ptr", "hz_ptr"):  # the tensors that are bf16 under autocast
+        elif name in ("w_ptr", "xp_ptr", "y_ptr", "hz_ptr", "dgo_ptr"):  # the tensors that are bf16 under autocast
             types[name] = f"*{op_dtype}"
         else:
             types[name] = "*fp32"
@@ -73,7 +73,7 @@ def cases(hidden_sizes):
                      OP_DTYPE=tl.bfloat16 if op == "bf16" else tl.float32, PRECISION="tf32",
                      HAS_ZH=mask in ("tied", "untied"), PER_GATE=mask == "untied")
         fwd = dict(shape, SAVE_ACTS=True, K_CHUNK=plan.chunk_f, SPLIT=plan.split_f)
-        bwd = dict(shape, HAS_NEXT=True, K_CHUNK=plan.chunk_b, KS=plan.ks)
+        bwd = dict(shape, HAS_NEXT=True, K_CHUNK=plan.chunk_b, KS=plan.ks, OP_COPY=op == "bf16")
         tag = f"H{hidden}_{op}_{mask}"
         yield f"lstm_fwd_{tag}", lstm_fwd, op, dict(fwd, HAS_ZC=mask == "moon"), plan.stages_f
         yield f"lstm_bwd_{tag}", lstm_bwd, op, dict(bwd, HAS_ZC=mask == "moon"), plan.stages_b

@@ -28,7 +28,8 @@ What runs where (one layer, T steps, batch B, hidden H):
    (the recurrent GEMM of the step after, the mask again applied where its operand is used),
    then the cell's backward for units j of all four gates: dgates_t and dc_{t-1}. Fusing the GEMM
    with the pointwise saves one launch and one round trip of dh per step (a cuBLAS GEMM plus a
-   pointwise kernel would be two launches per step).
+   pointwise kernel would be two launches per step). With bf16 products the kernel also stores
+   dgates_t in bf16, the operand the next step's programs stream (12% off the bf16 step at H=1500).
 4. After the loop, whole-sequence products that need no loop: dW_hh as ONE GEMM over all T*B rows
    (dgates^T @ hz, the operands the forward used; a per-gate batched GEMM for untied masks), db_hh = sum of dgates,
    d x_proj = dgates (autograd carries it on to x, w_ih, b_ih), dh_0 from one more small GEMM.
@@ -256,16 +257,20 @@ def _build_kernels():
 
     @triton.jit(do_not_specialize=["t"])
     def _bwd_step(
-        t, dg_ptr, w_ptr, zh_ptr, zc_ptr, c_scale,
+        t, dg_ptr, dgo_ptr, w_ptr, zh_ptr, zc_ptr, c_scale,
         dy_ptr, dh_last_ptr, act_ptr, cs_ptr, dc_ptr, ws_ptr, cnt_ptr,
         B, stride_w, stride_zb, stride_zg,
         H: tl.constexpr, HAS_NEXT: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr,
-        HAS_ZC: tl.constexpr, OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+        HAS_ZC: tl.constexpr, OP_DTYPE: tl.constexpr, OP_COPY: tl.constexpr, PRECISION: tl.constexpr,
         BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
         K_CHUNK: tl.constexpr, KS: tl.constexpr,
     ):
         """Step t in reverse: reads dgates[t+1] (if HAS_NEXT, else dh_T), dy[t], acts[t], cs[t], cs[t+1]
         and dc (= dL/dc_t); writes dgates[t] and dc (= dL/dc_{t-1}, in place: one program owns each j).
+
+        dgates: [T, B, 4H] fp32. The product reads step t+1's from dgo, a copy in OP_DTYPE that this kernel
+        also writes when OP_COPY (bf16 products: half the bytes that every program streams); in fp32 dgo
+        is dgates itself.
 
         The recurrent product sums over 4H = (gate, k): program (j, s, b) takes gate s // KS and the
         k-slice s % KS; ws [4*KS, B, H] holds the partial sums, cnt the arrival counters.
@@ -292,7 +297,7 @@ def _build_kernels():
             # dh_t += sum_g z_h^g * (dgates_{t+1}^g @ W_g): step t's output fed every gate of step t+1.
             gate = pid_s // KS
             k_base = (pid_s % KS) * K_CHUNK
-            dg_next = dg_ptr + (t + 1) * B * G + offs_b[:, None] * G + gate * H
+            dg_next = dgo_ptr + (t + 1) * B * G + offs_b[:, None] * G + gate * H
             z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
             if HAS_ZH:
                 z = tl.load(z_at + gate * stride_zg, mask=mask_bj, other=0.0)
@@ -319,11 +324,20 @@ def _build_kernels():
         if HAS_ZC:  # c_t = m * (f*c + i*g)
             dc = dc * keep
         tl.store(dc_ptr + bh, dc * f, mask=live)
-        dg = dg_ptr + t * B * G + offs_b[:, None] * G + offs_j[None, :]
-        tl.store(dg, dc * g * i * (1.0 - i), mask=live)
-        tl.store(dg + H, dc * c_prev * f * (1.0 - f), mask=live)
-        tl.store(dg + 2 * H, dc * i * (1.0 - g * g), mask=live)
-        tl.store(dg + 3 * H, d_o * o * (1.0 - o), mask=live)
+        dg_i = dc * g * i * (1.0 - i)
+        dg_f = dc * c_prev * f * (1.0 - f)
+        dg_g = dc * i * (1.0 - g * g)
+        dg_o = d_o * o * (1.0 - o)
+        at = t * B * G + offs_b[:, None] * G + offs_j[None, :]
+        tl.store(dg_ptr + at, dg_i, mask=live)
+        tl.store(dg_ptr + at + H, dg_f, mask=live)
+        tl.store(dg_ptr + at + 2 * H, dg_g, mask=live)
+        tl.store(dg_ptr + at + 3 * H, dg_o, mask=live)
+        if OP_COPY:
+            tl.store(dgo_ptr + at, dg_i.to(OP_DTYPE), mask=live)
+            tl.store(dgo_ptr + at + H, dg_f.to(OP_DTYPE), mask=live)
+            tl.store(dgo_ptr + at + 2 * H, dg_g.to(OP_DTYPE), mask=live)
+            tl.store(dgo_ptr + at + 3 * H, dg_o.to(OP_DTYPE), mask=live)
 
     _KERNELS = (_fwd_step, _bwd_step)
     return _KERNELS
@@ -514,6 +528,8 @@ class _FusedLSTM(torch.autograd.Function):
         dh_t = dh_t.contiguous()
         dc = dc_t.float().clone()  # dL/dc_t, carried back in place by the kernels
         dgates = torch.empty(steps, batch, GATES * hidden, device=dev, dtype=torch.float32)
+        op_copy = w_op.dtype != torch.float32
+        dg_op = torch.empty_like(dgates, dtype=w_op.dtype) if op_copy else dgates  # the products' operand
         ws = torch.empty(GATES * plan.ks, batch, hidden, device=dev, dtype=torch.float32)
         counters = torch.zeros(plan.n_b * plan.n_j, device=dev, dtype=torch.int32)
         op = _tl_dtype(w_op.dtype)
@@ -522,16 +538,15 @@ class _FusedLSTM(torch.autograd.Function):
             has_next = t < steps - 1
             grid = (plan.n_j, GATES * plan.ks if has_next else 1, plan.n_b)
             bwd[grid](
-                t, dgates, w_op, zh, zc, c_scale, dy, dh_t, acts, cs, dc, ws, counters,
+                t, dgates, dg_op, w_op, zh, zc, c_scale, dy, dh_t, acts, cs, dc, ws, counters,
                 batch, w_op.stride(0), szb, szg, H=hidden,
-                HAS_NEXT=has_next, HAS_ZH=has_zh, PER_GATE=per_gate, HAS_ZC=has_zc,
-                OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K,
-                K_CHUNK=plan.chunk_b, KS=plan.ks, num_warps=NUM_WARPS, num_stages=plan.stages_b,
+                HAS_NEXT=has_next, HAS_ZH=has_zh, PER_GATE=per_gate, HAS_ZC=has_zc, OP_DTYPE=op, OP_COPY=op_copy,
+                PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K, K_CHUNK=plan.chunk_b,
+                KS=plan.ks, num_warps=NUM_WARPS, num_stages=plan.stages_b,
             )
         # Whole-sequence products, one library call each (no loop over t).
         w = w_op[:, :hidden]
         hz = hz[:steps]  # each step's operand: h_{t-1} masked, for t = 0..T-1, as the forward used it
-        dg_op = dgates.to(w_op.dtype)
         if per_gate:  # untied: gate g saw h * z_h^g, so dW_g and dh_0 are per-gate products
             dg4 = dg_op.view(steps, batch, GATES, hidden)
             dw = torch.einsum("tbgk,tgbj->gkj", dg4, hz)

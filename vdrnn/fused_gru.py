@@ -22,6 +22,7 @@ What runs where (one layer, T steps, batch B, hidden H, gates r, z, n as torch.n
    then the cell's backward: da_r, da_z, da_n = dn_pre * r (the recurrent gradients, what the
    product of the step before needs) and dn_pre (n's input-half gradient, which r does not scale).
    z * dh_t, the part of dh_{t-1} that bypasses the product, is carried in place like the LSTM's dc.
+   With bf16 products the kernel also stores (da_r, da_z, da_n) in bf16 for the next step's product.
 4. After the loop: dW_hh as ONE GEMM over all T*B rows (per-gate for untied masks), db_hh, dh_0,
    and d x_proj = (da_r, da_z, dn_pre), which autograd carries on to x, W_ih and b_ih.
 
@@ -155,10 +156,10 @@ def _build_kernels():
 
     @triton.jit(do_not_specialize=["t"])
     def _gru_bwd_step(
-        t, dg_ptr, w_ptr, zh_ptr, dy_ptr, act_ptr, hs_ptr, carry_ptr, ws_ptr, cnt_ptr,
+        t, dg_ptr, dgo_ptr, w_ptr, zh_ptr, dy_ptr, act_ptr, hs_ptr, carry_ptr, ws_ptr, cnt_ptr,
         B, stride_w, stride_zb, stride_zg,
         H: tl.constexpr, HAS_NEXT: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr,
-        OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+        OP_DTYPE: tl.constexpr, OP_COPY: tl.constexpr, PRECISION: tl.constexpr,
         BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
         K_CHUNK: tl.constexpr, KS: tl.constexpr,
     ):
@@ -166,13 +167,16 @@ def _build_kernels():
         or dh_T at the last step); writes dg[t] = (da_r, da_z, da_n, dn_pre) and carry = z_t dh_t in place.
 
         The product sums over 3H = (gate, k): program (j, s, b) takes gate s // KS and k-slice s % KS;
-        ws [3*KS, B, H] holds the partial sums, cnt the arrival counters.
+        ws [3*KS, B, H] holds the partial sums, cnt the arrival counters. It reads step t+1's (da_r, da_z, da_n)
+        from dgo: with OP_COPY a [T, B, 3H] copy in OP_DTYPE that this kernel writes (as vdrnn.fused's
+        backward), else dg itself.
         """
         pid_s = tl.program_id(1)
         t = t.to(tl.int64)
         offs_b, offs_j, mask_b, mask_j, mask_bj = parts.block(B, H, BLOCK_B, BLOCK_H)
         bh = offs_b[:, None] * H + offs_j[None, :]
         D = 4 * H  # row length of dg and acts
+        DO = 3 * H if OP_COPY else D  # row length of dgo
         # Saved values and incoming gradients first, so that their latency overlaps the product.
         act = act_ptr + t * B * D + offs_b[:, None] * D + offs_j[None, :]
         r = tl.load(act, mask=mask_bj, other=0.0)
@@ -186,7 +190,7 @@ def _build_kernels():
             # dh_t += sum_g z_h^g * (da_{t+1}^g @ W_g): h_t fed every gate's product of step t+1.
             gate = pid_s // KS
             k_base = (pid_s % KS) * K_CHUNK
-            dg_next = dg_ptr + (t + 1) * B * D + offs_b[:, None] * D + gate * H
+            dg_next = dgo_ptr + (t + 1) * B * DO + offs_b[:, None] * DO + gate * H
             z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
             if HAS_ZH:
                 zh = tl.load(z_at + gate * stride_zg, mask=mask_bj, other=0.0)
@@ -207,12 +211,18 @@ def _build_kernels():
         dn_pre = dh * (1.0 - z) * (1.0 - n * n)
         da_r = dn_pre * hn * r * (1.0 - r)
         da_z = dh * (h_prev - n) * z * (1.0 - z)
+        da_n = dn_pre * r
         tl.store(carry_ptr + bh, dh * z, mask=live)
         dg = dg_ptr + t * B * D + offs_b[:, None] * D + offs_j[None, :]
         tl.store(dg, da_r, mask=live)
         tl.store(dg + H, da_z, mask=live)
-        tl.store(dg + 2 * H, dn_pre * r, mask=live)
+        tl.store(dg + 2 * H, da_n, mask=live)
         tl.store(dg + 3 * H, dn_pre, mask=live)
+        if OP_COPY:
+            dgo = dgo_ptr + t * B * DO + offs_b[:, None] * DO + offs_j[None, :]
+            tl.store(dgo, da_r.to(OP_DTYPE), mask=live)
+            tl.store(dgo + H, da_z.to(OP_DTYPE), mask=live)
+            tl.store(dgo + 2 * H, da_n.to(OP_DTYPE), mask=live)
 
     _KERNELS = (_gru_fwd_step, _gru_bwd_step)
     return _KERNELS
@@ -293,6 +303,9 @@ class _FusedGRU(torch.autograd.Function):
         dy = dy.contiguous()
         carry = dh_t.float().clone()  # z_{t+1} * dL/dh_{t+1}, carried back in place; dL/dh_T to start
         dg = torch.empty(steps, batch, SAVED * hidden, device=dev, dtype=torch.float32)
+        op_copy = w_op.dtype != torch.float32
+        # The products' operand (da_r, da_z, da_n): a copy in W's dtype, or dg itself in fp32.
+        dgo = torch.empty(steps, batch, three_h, device=dev, dtype=w_op.dtype) if op_copy else dg
         ws = torch.empty(GRU_GATES * plan.ks, batch, hidden, device=dev, dtype=torch.float32)
         counters = torch.zeros(plan.n_b * plan.n_j, device=dev, dtype=torch.int32)
         op = fused._tl_dtype(w_op.dtype)
@@ -301,16 +314,16 @@ class _FusedGRU(torch.autograd.Function):
             has_next = t < steps - 1
             grid = (plan.n_j, GRU_GATES * plan.ks if has_next else 1, plan.n_b)
             bwd[grid](
-                t, dg, w_op, zh, dy, acts, hs, carry, ws, counters,
-                batch, w_op.stride(0), szb, szg, H=hidden,
-                HAS_NEXT=has_next, HAS_ZH=has_zh, PER_GATE=per_gate, OP_DTYPE=op, PRECISION=precision,
+                t, dg, dgo, w_op, zh, dy, acts, hs, carry, ws, counters,
+                batch, w_op.stride(0), szb, szg, H=hidden, HAS_NEXT=has_next, HAS_ZH=has_zh,
+                PER_GATE=per_gate, OP_DTYPE=op, OP_COPY=op_copy, PRECISION=precision,
                 BLOCK_B=plan.block_b, BLOCK_H=fused.BLOCK_H, BLOCK_K=fused.BLOCK_K,
                 K_CHUNK=plan.chunk_b, KS=plan.ks, num_warps=fused.NUM_WARPS, num_stages=plan.stages_b,
             )
         # Whole-sequence products, one library call each. da = the gradients of the recurrent products.
         w = w_op[:, :hidden]
         hz = hz[:steps]  # each step's operand: h_{t-1} masked, for t = 0..T-1, as the forward used it
-        da = dg[..., :three_h].to(w_op.dtype)
+        da = dgo[..., :three_h]
         if per_gate:  # untied: gate g saw h * z_h^g, so dW_g and dh_0 are per-gate products
             da3 = da.reshape(steps, batch, GRU_GATES, hidden)
             dw = torch.einsum("tbgk,tgbj->gkj", da3, hz)
