@@ -263,8 +263,6 @@ class EpochTrainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         apply_weight_decay(self.model, self.cfg.trainer)
-        if self.average is not None:
-            self.average.update()
         return grad_norm
 
     def train_loop(self, batches, step, lr: float, logger: RunLogger, bar: tqdm) -> dict[str, float]:
@@ -293,6 +291,8 @@ class EpochTrainer:
         for batch in batches:
             loss, grad_norm, weight, words = step(batch)
             self.step += 1
+            if self.average is not None:  # here, not in optimizer_step: the LM's graphed step bypasses that
+                self.average.update()
             window.add(loss, weight, words)
             bar.update(1)
             if window.steps == self.cfg.trainer.log_every:

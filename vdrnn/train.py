@@ -115,7 +115,7 @@ class LanguageModelTrainer(EpochTrainer):
         """The whole step as one CUDA graph (:mod:`vdrnn.graphed`), where that step is the whole story:
         on CUDA, fixed BPTT length, no AR/TAR, plain SGD (Adam and ASGD, as built, refuse graph capture;
         NT-ASGD switches optimizer mid-run), no fp16 loss scaling. A ``trainer.ema`` average is updated after
-        each replay, outside the graph (:meth:`train_epoch`)."""
+        each replay, outside the graph (``train_loop``)."""
         t, d = self.cfg.trainer, self.cfg.data
         if t.cuda_graph == "off" or self.device.type != "cuda" or t.amp == "fp16" or d.variable_bptt \
                 or t.ar > 0 or t.tar > 0 or t.optimizer != "sgd":
@@ -141,8 +141,6 @@ class LanguageModelTrainer(EpochTrainer):
                 for group in self.optimizer.param_groups:
                     group["lr"] = step_lr  # a new value re-records the graph (once per epoch)
                 loss, grad_norm, state = graphed(inputs, targets, state)
-                if self.average is not None:  # the eager step does this in optimizer_step
-                    self.average.update()
             else:
                 loss, grad_norm, state = self.train_step(inputs, targets, state, step_lr)
             return loss, grad_norm, targets.numel(), targets.numel()
