@@ -131,17 +131,18 @@ def _build_kernels():
     @triton.jit(do_not_specialize=["t"])
     def _fwd_step(
         t, xp_ptr, w_ptr, bias_ptr, hz_ptr, zh_ptr, zc_ptr, c_scale,
-        hs_ptr, cs_ptr, y_ptr, act_ptr, ws_ptr, cnt_ptr,
+        h_last_ptr, cs_ptr, y_ptr, act_ptr, ws_ptr, cnt_ptr,
         B, stride_w, stride_zb, stride_zg,
         H: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr, HAS_ZC: tl.constexpr,
         SAVE_ACTS: tl.constexpr, OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
         BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
         K_CHUNK: tl.constexpr, SPLIT: tl.constexpr,
     ):
-        """Step t: reads hz[t], cs[t], x_proj[t]; writes hz[t+1], hs[t+1], cs[t+1], y[t], acts[t].
+        """Step t: reads hz[t], cs[t], x_proj[t]; writes hz[t+1], h_last, cs[t+1], y[t], acts[t].
 
         hz: [T+1, NZ, B, H] in OP_DTYPE, h_t already masked (NZ = 4 masked copies for untied masks, else 1),
-        the product's operand as the previous step stored it; hs, cs: [T+1, B, H] fp32; x_proj, acts:
+        the product's operand as the previous step stored it; h_last: [B, H] fp32, h_t in full precision,
+        overwritten every step (nothing reads it but the caller, for h_T); cs: [T+1, B, H] fp32; x_proj, acts:
         [T, B, 4H]; y: [T, B, H]; W: [4H, stride_w]; ws: [SPLIT, B, 4H] fp32 partial sums; cnt: one int32
         arrival counter per (b, j) block. Program (j, s, b) sums k in [s*K_CHUNK, (s+1)*K_CHUNK) for hidden
         units j, batch rows b.
@@ -235,7 +236,7 @@ def _build_kernels():
         if HAS_ZC:
             h_new = h_new * c_scale
         tl.store(cs_ptr + (t + 1) * B * H + bh, c, mask=live)
-        tl.store(hs_ptr + (t + 1) * B * H + bh, h_new, mask=live)
+        tl.store(h_last_ptr + bh, h_new, mask=live)
         tl.store(y_ptr + t * B * H + bh, h_new.to(y_ptr.dtype.element_ty), mask=live)
         # The next step's operand, masked and cast once here rather than by each of the next step's programs
         # that reads it (n_j of them per k slice, loading h and z and multiplying).
@@ -450,39 +451,38 @@ def _masked_h0(h0: torch.Tensor, zh: torch.Tensor | None, per_gate: bool) -> tor
 
 
 def _forward(x_proj, h0, c0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
-    """Run the T forward steps. Returns y [T,B,H] (x_proj dtype), hs, cs [T+1,B,H] fp32, acts or None, and hz
-    [T+1, NZ, B, H]: each step's product operand, h_t masked (NZ = 4 copies for untied masks) in W's dtype."""
+    """Run the T forward steps. Returns y [T,B,H] (x_proj dtype), h_T [B,H] and cs [T+1,B,H] fp32, acts or None,
+    and hz [T+1, NZ, B, H]: each step's product operand, h_t masked (NZ = 4 copies for untied masks) in W's dtype."""
     fwd, _ = _build_kernels()
     steps, batch, four_h = x_proj.shape
     hidden = four_h // GATES
     dev = x_proj.device
     zh, szb, szg, has_zh, per_gate, zc, has_zc, c_scale = margs
-    hs = torch.empty(steps + 1, batch, hidden, device=dev, dtype=torch.float32)
-    cs = torch.empty_like(hs)
-    hs[0].copy_(h0)
+    h_last = torch.empty(batch, hidden, device=dev, dtype=torch.float32)
+    cs = torch.empty(steps + 1, batch, hidden, device=dev, dtype=torch.float32)
     cs[0].copy_(c0)
     hz = torch.empty(steps + 1, GATES if per_gate else 1, batch, hidden, device=dev, dtype=w_op.dtype)
     hz[0].copy_(_masked_h0(h0, zh if has_zh else None, per_gate))
     y = torch.empty(steps, batch, hidden, device=dev, dtype=x_proj.dtype)
-    acts = torch.empty(steps, batch, four_h, device=dev, dtype=torch.float32) if save_acts else hs
+    acts = torch.empty(steps, batch, four_h, device=dev, dtype=torch.float32) if save_acts else cs
     if plan.split_f > 1:
         ws = torch.empty(plan.split_f, batch, four_h, device=dev, dtype=torch.float32)
         counters = torch.zeros(plan.n_b * plan.n_j, device=dev, dtype=torch.int32)
     else:
-        ws = counters = hs
+        ws = counters = cs
     grid = (plan.n_j, plan.split_f, plan.n_b)
     op = _tl_dtype(w_op.dtype)
     precision = _precision(w_op.dtype)
     bias = b_hh.detach()
     for t in range(steps):
         fwd[grid](
-            t, x_proj, w_op, bias, hz, zh, zc, c_scale, hs, cs, y, acts, ws, counters,
+            t, x_proj, w_op, bias, hz, zh, zc, c_scale, h_last, cs, y, acts, ws, counters,
             batch, w_op.stride(0), szb, szg, H=hidden,
             HAS_ZH=has_zh, PER_GATE=per_gate, HAS_ZC=has_zc, SAVE_ACTS=save_acts,
             OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K,
             K_CHUNK=plan.chunk_f, SPLIT=plan.split_f, num_warps=NUM_WARPS, num_stages=plan.stages_f,
         )
-    return y, hs, cs, (acts if save_acts else None), hz
+    return y, h_last, cs, (acts if save_acts else None), hz
 
 
 def _op_dtype(device: torch.device) -> torch.dtype:
@@ -500,12 +500,12 @@ class _FusedLSTM(torch.autograd.Function):
         plan = _Plan(x_proj.shape[1], h0.shape[-1], x_proj.device)
         w_op = _pack_weight(w_hh, op_dtype, plan)
         margs = _mask_args(zh, zc, c_scale, _dummy(x_proj))
-        y, hs, cs, acts, hz = _forward(x_proj, h0, c0, w_op, b_hh, margs, plan, save_acts=True)
+        y, h_last, cs, acts, hz = _forward(x_proj, h0, c0, w_op, b_hh, margs, plan, save_acts=True)
         ctx.save_for_backward(w_op, hz, cs, acts, margs[0], margs[5])
         ctx.margs = margs[1:5] + margs[6:]
         ctx.plan = plan
         ctx.dtypes = (x_proj.dtype, h0.dtype, c0.dtype, w_hh.dtype, b_hh.dtype)
-        return y, hs[-1].clone(), cs[-1].clone()
+        return y, h_last, cs[-1].clone()
 
     @staticmethod
     @once_differentiable  # no double backward through the kernels: raise rather than detach silently
@@ -586,6 +586,6 @@ def lstm_fused(
     # Inference (e.g. MC dropout evaluation): the same kernels, nothing saved for backward.
     plan = _Plan(x_proj.shape[1], h0.shape[-1], x_proj.device)
     margs = _mask_args(zh, masks.c, masks.c_scale, _dummy(x_proj))
-    y, hs, cs, _, _ = _forward(x_proj, h0, c0, _pack_weight(w_hh, op_dtype, plan), b_hh, margs, plan,
+    y, h_last, cs, _, _ = _forward(x_proj, h0, c0, _pack_weight(w_hh, op_dtype, plan), b_hh, margs, plan,
                                save_acts=False)
-    return y, (hs[-1], cs[-1])
+    return y, (h_last, cs[-1])
