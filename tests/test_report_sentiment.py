@@ -43,6 +43,34 @@ def test_sentiment_tables_group_cells_schemes_and_seeds(tmp_path):
         assert (tmp_path / "out" / name).read_bytes().startswith(b"\x89PNG") and tmp_path / "out" / name in written
 
 
+def calibrated_run(folder, seed, ece, ece_mc, interval):
+    """An IMDB run with the calibration report of sentiment.trainer.evaluate_all: 1,000 reviews in two bins."""
+    fake_run(folder, "imdb", "lstm", "variational", "tied", seed, 0.89)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    bins = {"count": [0, 400, 600], "right": [0, 240, 570], "confidence": [0, 244, 560]}
+    metrics.update({"test_ece": ece, "test_ece_mc": ece_mc, "test_ece_floor": 0.004, "test_ece_floor_mc": 0.0045,
+                    "test_ece_mc_minus_ws": ece_mc - ece, "test_ece_mc_minus_ws_ci": interval,
+                    "test_reliability": bins, "test_reliability_mc": bins})
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+
+
+def test_calibration_table_says_per_run_which_evaluation_is_the_better_calibrated(tmp_path):
+    runs = tmp_path / "runs"
+    calibrated_run(runs / "a", 1, 0.019, 0.007, [-0.017, -0.008])
+    calibrated_run(runs / "b", 2, 0.006, 0.017, [0.009, 0.016])
+    calibrated_run(runs / "c", 3, 0.007, 0.011, [-0.001, 0.009])
+    fake_run(runs / "old", "imdb", "gru", "variational", "tied", 1, 0.88)  # from before the report: no line
+    text, written = report.write_report([runs], tmp_path / "out")
+    with open(tmp_path / "out" / "imdb_calibration.csv") as f:
+        lines = {r["run"]: r for r in csv.DictReader(f)}
+    assert {run: line["better calibrated"] for run, line in lines.items()} == {
+        "a": "MC", "b": "weight scaling", "c": "neither (interval holds 0)"}
+    assert lines["a"]["MC - WS ECE (95% interval)"] == "-0.0120 (-0.0170 to -0.0080)"
+    assert lines["a"]["ECE floor"] == "0.0040" and lines["a"]["row"] == "LSTM · variational"
+    assert tmp_path / "out" / "imdb_reliability.png" in written and (tmp_path / "out" / "imdb_reliability.png").stat().st_size
+    assert "calibration, MC dropout against weight scaling" in text
+
+
 def test_sentiment_rows_that_differ_in_dropout_stay_apart(tmp_path):
     runs = tmp_path / "runs"
     fake_run(runs / "a", "imdb", "lstm", "variational", "tied", 1, 0.85, p=0.5)

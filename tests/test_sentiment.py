@@ -16,7 +16,14 @@ from vdrnn.errors import ConfigError, DataError
 from vdrnn.sentiment.config import SentimentDataConfig, SentimentModelConfig
 from vdrnn.sentiment.data import CLASSIFICATION, Split, load_task
 from vdrnn.sentiment.evaluate import predict_mc
-from vdrnn.sentiment.metrics import classification_metrics, expected_calibration_error, rmse
+from vdrnn.sentiment.metrics import (
+    classification_metrics,
+    ece_difference,
+    ece_floor,
+    expected_calibration_error,
+    reliability_bins,
+    rmse,
+)
 from vdrnn.sentiment.model import SentimentModel
 
 
@@ -115,6 +122,46 @@ def test_ece_is_zero_when_calibrated_and_bins_count():
     assert expected_calibration_error(probs, torch.tensor([0, 1, 0, 1])) == pytest.approx(0.0)
     # One bin per example: 0.7 right and 0.7 wrong average to 0.5 in one bin (ECE 0.2), not 0.3 + 0.7.
     assert expected_calibration_error(torch.tensor([[0.7, 0.3]] * 2), torch.tensor([0, 1])) == pytest.approx(0.2)
+
+
+def binary_predictor(n: int, sharpen: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """n reviews a model is right about with probability a, a in [0.5, 1); its confidence is a sharpened
+    (sharpen > 1: overconfident) or softened (< 1) away from 0.5. Returns (probs [n, 2], labels), class 1 predicted."""
+    g = torch.Generator().manual_seed(seed)
+    accuracy = 0.5 + 0.5 * torch.rand(n, generator=g, dtype=torch.float64) ** 0.4 * 0.98
+    labels = (torch.rand(n, generator=g, dtype=torch.float64) < accuracy).long()
+    confidence = 0.5 + (accuracy - 0.5) * sharpen
+    return torch.stack([1 - confidence, confidence], dim=1), labels
+
+
+def test_a_calibrated_predictor_scores_the_floor_and_a_miscalibrated_one_far_above_it():
+    calibrated, labels = binary_predictor(25_000, sharpen=1.0, seed=0)
+    floor = ece_floor(calibrated)
+    assert 0.002 < floor < 0.01  # sampling alone, at 25,000 reviews
+    assert expected_calibration_error(calibrated, labels) == pytest.approx(floor, abs=0.003)
+    softened, _ = binary_predictor(25_000, sharpen=0.8, seed=0)
+    assert expected_calibration_error(softened, labels) > 5 * ece_floor(softened)
+    # More examples, less sampling noise: the floor falls like 1/sqrt(N).
+    assert ece_floor(binary_predictor(2_500, 1.0, 0)[0]) == pytest.approx(floor * 10 ** 0.5, rel=0.25)
+
+
+def test_ece_difference_tells_the_better_calibrated_of_two_predictors_of_the_same_reviews():
+    for seed in range(5):
+        calibrated, labels = binary_predictor(10_000, sharpen=1.0, seed=seed)
+        softened, _ = binary_predictor(10_000, sharpen=0.9, seed=seed)  # the same reviews, less sure of each
+        difference, low, high = ece_difference(softened, calibrated, labels, resamples=200, seed=seed)
+        assert 0 < low < difference < high  # the softened one is the worse calibrated, beyond chance
+        assert ece_difference(calibrated, softened, labels, resamples=200, seed=seed)[2] < 0  # either way round
+    assert ece_difference(calibrated, calibrated, labels, resamples=50) == pytest.approx((0.0, 0.0, 0.0))
+
+
+def test_reliability_bins_are_sums_that_give_back_the_ece():
+    probs, labels = binary_predictor(3_000, sharpen=1.3, seed=2)
+    bins = reliability_bins(probs, labels)
+    count, right, confidence = (torch.tensor(bins[k], dtype=torch.float64) for k in ("count", "right", "confidence"))
+    assert count.sum() == 3_000 and len(count) == 15
+    assert count[:7].sum() == 0  # binary: no confidence below 1/2
+    assert ((right - confidence).abs().sum() / 3_000).item() == pytest.approx(expected_calibration_error(probs, labels))
 
 
 def test_rmse_in_rating_units():

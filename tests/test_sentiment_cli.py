@@ -52,6 +52,17 @@ def test_imdb_run_writes_metrics_checkpoints_and_events(imdb_run):
     for key in CLASSIFICATION:
         assert 0 <= metrics[f"test_{key}"] < 10 and 0 <= metrics[f"test_{key}_mc"] < 10
     assert metrics["smoke"] and metrics["epochs"] == 2 and metrics["config"]["cell"]["type"] == "gru"
+    # The calibration report: the reliability diagram's sums cover the test set and give back the ECE, and the
+    # MC - weight scaling difference is that of the two ECEs, inside its interval.
+    for suffix in ("", "_mc"):
+        bins = metrics[f"test_reliability{suffix}"]
+        assert sum(bins["count"]) == 200  # data.limit=200: 200 test reviews
+        gaps = sum(abs(r - c) for r, c in zip(bins["right"], bins["confidence"], strict=True))
+        assert gaps / sum(bins["count"]) == pytest.approx(metrics[f"test_ece{suffix}"])
+        assert 0 < metrics[f"test_ece_floor{suffix}"] < 1
+    low, high = metrics["test_ece_mc_minus_ws_ci"]
+    assert metrics["test_ece_mc_minus_ws"] == pytest.approx(metrics["test_ece_mc"] - metrics["test_ece"])
+    assert low <= metrics["test_ece_mc_minus_ws"] <= high
     epochs = [json.loads(line) for line in (imdb_run / "metrics.jsonl").read_text().splitlines()]
     assert [e["epoch"] for e in epochs] == [1, 2] and all("test_accuracy" in e and "valid_nll" in e for e in epochs)
     assert min(e["valid_nll"] for e in epochs) == pytest.approx(metrics["best_valid_nll"])
@@ -64,7 +75,7 @@ def test_imdb_run_writes_metrics_checkpoints_and_events(imdb_run):
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
     assert {"train/loss", "train/lr", "train/grad_norm", "train/wps", "valid/accuracy", "best/valid_nll",
-            "test_per_epoch/accuracy", "test/accuracy", "test/accuracy_mc", "test/ece_mc"} <= tags
+            "test_per_epoch/accuracy", "test/accuracy", "test/accuracy_mc", "test/ece_mc", "test/ece_mc_minus_ws"} <= tags
     assert acc.Scalars("test/accuracy")[-1].value == pytest.approx(metrics["test_accuracy"], rel=1e-5)
     assert b"dropout.recurrent" in b"".join(acc.PluginTagToContent("hparams").values())
 

@@ -11,7 +11,9 @@ Sentiment runs (``dataset=imdb|scale``) get a table per dataset, one row per cel
 accuracy, NLL, ECE and entropy (IMDB) or RMSE (scale) of the best-validation checkpoint, with weight
 scaling and MC dropout; and the test error per epoch, one line per scheme and a panel per cell, as
 Gal & Ghahramani's sentiment figures (those curves follow every epoch's weights; the table's numbers
-are the best-validation checkpoint's).
+are the best-validation checkpoint's). IMDB runs evaluated with MC dropout also get a calibration table,
+a line per run (both ECEs, the floor a calibrated predictor would score, the MC - weight scaling
+difference with its 95% interval), and reliability diagrams, a panel per row.
 """
 
 from __future__ import annotations
@@ -445,6 +447,66 @@ def plot_sentiment(dataset: str, rows: list[SentimentRow], path: Path) -> None:
     save_curves(fig, axes, path)
 
 
+CALIBRATION_COLUMNS = ["run", "row", "accuracy (%)", "ECE", "ECE floor", "MC ECE", "MC ECE floor",
+                       "MC - WS ECE (95% interval)", "better calibrated"]
+
+
+def calibrated_runs(rows: list[SentimentRow]) -> list[tuple[SentimentRow, Path, dict[str, Any]]]:
+    """(row, folder, metrics) of each run that compared MC's calibration with weight scaling's."""
+    return [(row, folder, run) for row in rows for folder, run in zip(row.dirs, row.runs, strict=True)
+            if "test_ece_mc_minus_ws" in run]
+
+
+def calibration_table(rows: list[SentimentRow]) -> list[list[str]]:
+    """A line per run: both ECEs beside the floor a calibrated predictor would score, and which is the better
+    calibrated beyond chance (the difference's 95% interval excludes zero; see sentiment.metrics.ece_difference)."""
+    lines = []
+    for row, folder, run in calibrated_runs(rows):
+        difference, (low, high) = run["test_ece_mc_minus_ws"], run["test_ece_mc_minus_ws_ci"]
+        better = "MC" if high < 0 else "weight scaling" if low > 0 else "neither (interval holds 0)"
+        lines.append([folder.name, row.name, f"{100 * run['test_accuracy']:.2f}", f"{run['test_ece']:.4f}",
+                      f"{run['test_ece_floor']:.4f}", f"{run['test_ece_mc']:.4f}", f"{run['test_ece_floor_mc']:.4f}",
+                      f"{difference:+.4f} ({low:+.4f} to {high:+.4f})", better])
+    return lines
+
+
+def plot_reliability(rows: list[SentimentRow], path: Path) -> None:
+    """Reliability diagrams, a panel per row (its seeds pooled): accuracy against confidence per confidence bin,
+    weight scaling and MC; a calibrated model lies on the diagonal, an underconfident one above it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [row for row in rows if any("test_reliability_mc" in run for run in row.runs)]
+    columns = min(4, len(panels))
+    fig, axes = plt.subplots(-(-len(panels) // columns), columns, figsize=(4.2 * columns, 4.4 * -(-len(panels) // columns)),
+                             squeeze=False)
+    for ax, row in zip(axes.flat, panels, strict=False):
+        runs = [run for run in row.runs if "test_reliability_mc" in run]
+        low = 1.0
+        for suffix, label in (("", "weight scaling"), ("_mc", "MC dropout")):
+            sums = {k: [sum(v) for v in zip(*(run[f"test_reliability{suffix}"][k] for run in runs), strict=True)]
+                    for k in ("count", "right", "confidence")}
+            filled = [i for i, n in enumerate(sums["count"]) if n > 0]
+            confidence = [sums["confidence"][i] / sums["count"][i] for i in filled]
+            accuracy = [sums["right"][i] / sums["count"][i] for i in filled]
+            low = min(low, *confidence)
+            ece = statistics.mean(run[f"test_ece{suffix}"] for run in runs)
+            ax.plot(confidence, accuracy, "o-", markersize=3, label=f"{label} (ECE {ece:.4f})")
+        ax.plot([0, 1], [0, 1], "k--", linewidth=0.8, label="calibrated")
+        lim = max(0.0, math.floor(low * 10) / 10)
+        ax.set(xlim=(lim, 1), ylim=(lim, 1), xlabel="confidence (bin mean)", ylabel="accuracy")
+        ax.set_title(f"{row.name} (n={len(runs)})\n{row.dropout}", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
 def write_table(lines: list[list[str]], columns: list[str], stem: Path) -> str:
     text = markdown(lines, columns)
     stem.with_suffix(".md").write_text(text)
@@ -472,6 +534,12 @@ def write_report(folders: list[Path], out: Path) -> tuple[str, list[Path]]:
         texts.append(f"{dataset}: test metrics of the best-validation checkpoints\n\n{text}")
         plot_sentiment(dataset, dataset_rows, out / f"{dataset}_test_curves.png")
         written += [out / f"{dataset}_table.md", out / f"{dataset}_table.csv", out / f"{dataset}_test_curves.png"]
+        if calibrated_runs(dataset_rows):
+            text = write_table(calibration_table(dataset_rows), CALIBRATION_COLUMNS, out / f"{dataset}_calibration")
+            texts.append(f"{dataset}: calibration, MC dropout against weight scaling, per run\n\n{text}")
+            plot_reliability(dataset_rows, out / f"{dataset}_reliability.png")
+            written += [out / f"{dataset}_calibration.md", out / f"{dataset}_calibration.csv",
+                        out / f"{dataset}_reliability.png"]
     return "\n".join(texts), written
 
 

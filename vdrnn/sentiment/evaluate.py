@@ -72,12 +72,16 @@ def split_metrics(predictions: torch.Tensor, split: Split, task: TaskData) -> di
     return {"rmse": rmse(predictions, split.targets, task.target_std)}
 
 
+def predict_split(model: SentimentModel, split: Split, task: TaskData, cfg: SentimentRunConfig,
+                  mc: bool) -> torch.Tensor:
+    """Predictions of one split under weight scaling, or (``mc``) MC dropout with the run's eval settings."""
+    d, e, amp = cfg.data, cfg.eval, cfg.trainer.amp
+    if mc:
+        return predict_mc(model, split, task.kind, e.samples, e.batch, d.eval_batch_size, e.word_dropout, amp)
+    return predict(model, split, task.kind, d.eval_batch_size, amp)
+
+
 def evaluate_split(model: SentimentModel, split: Split, task: TaskData, cfg: SentimentRunConfig,
                    mc: bool) -> dict[str, float]:
     """Metrics of one split under weight scaling, or (``mc``) MC dropout with the run's eval settings."""
-    d, e, amp = cfg.data, cfg.eval, cfg.trainer.amp
-    if mc:
-        predictions = predict_mc(model, split, task.kind, e.samples, e.batch, d.eval_batch_size, e.word_dropout, amp)
-    else:
-        predictions = predict(model, split, task.kind, d.eval_batch_size, amp)
-    return split_metrics(predictions, split, task)
+    return split_metrics(predict_split(model, split, task, cfg, mc), split, task)

@@ -29,7 +29,8 @@ from vdrnn.evaluate import autocast
 from vdrnn.runner import EpochTrainer, load_evaluation_weights, resolve_device
 from vdrnn.sentiment.config import SentimentRunConfig, from_dict
 from vdrnn.sentiment.data import CLASSIFICATION, TaskData, load_task, minibatches
-from vdrnn.sentiment.evaluate import evaluate_split
+from vdrnn.sentiment.evaluate import evaluate_split, predict_split, split_metrics
+from vdrnn.sentiment.metrics import calibration_report, ece_difference
 from vdrnn.sentiment.model import SentimentModel
 from vdrnn.tracking import RunLogger
 
@@ -41,16 +42,29 @@ def build_model(cfg: SentimentRunConfig, task: TaskData, device: torch.device) -
 
 
 def evaluate_all(model: SentimentModel, task: TaskData, cfg: SentimentRunConfig) -> dict[str, Any]:
-    """valid_* and test_* with weight scaling, plus test_*_mc with ``eval=mc``."""
+    """valid_* and test_* with weight scaling, plus test_*_mc with ``eval=mc``.
+
+    For classification the test predictions' calibration report comes too (test_ece_floor, test_reliability and
+    their _mc twins), and with MC test_ece_mc_minus_ws: ECE(MC) - ECE(weight scaling) and its 95% interval
+    test_ece_mc_minus_ws_ci, below zero where MC is the better calibrated beyond chance.
+    """
     started = time.perf_counter()
-    metrics: dict[str, Any] = {}
-    for name, split in (("valid", task.valid), ("test", task.test)):
-        metrics.update({f"{name}_{k}": v for k, v in evaluate_split(model, split, task, cfg, mc=False).items()})
+    metrics: dict[str, Any] = {f"valid_{k}": v for k, v in evaluate_split(model, task.valid, task, cfg, mc=False).items()}
+    labels = task.test.targets
+    scaled = predict_split(model, task.test, task, cfg, mc=False)
+    metrics.update({f"test_{k}": v for k, v in split_metrics(scaled, task.test, task).items()})
+    if task.kind == CLASSIFICATION:
+        metrics.update({f"test_{k}": v for k, v in calibration_report(scaled, labels).items()})
     if cfg.eval.mode == "mc":
         mc_started = time.perf_counter()
-        metrics.update({f"test_{k}_mc": v for k, v in evaluate_split(model, task.test, task, cfg, mc=True).items()})
-        metrics["mc_samples"] = cfg.eval.samples
+        averaged = predict_split(model, task.test, task, cfg, mc=True)
         metrics["mc_seconds"] = time.perf_counter() - mc_started
+        metrics["mc_samples"] = cfg.eval.samples
+        metrics.update({f"test_{k}_mc": v for k, v in split_metrics(averaged, task.test, task).items()})
+        if task.kind == CLASSIFICATION:
+            metrics.update({f"test_{k}_mc": v for k, v in calibration_report(averaged, labels).items()})
+            difference, low, high = ece_difference(averaged, scaled, labels)
+            metrics.update({"test_ece_mc_minus_ws": difference, "test_ece_mc_minus_ws_ci": [low, high]})
     metrics["eval_seconds"] = time.perf_counter() - started
     return metrics
 
@@ -110,12 +124,20 @@ class SentimentTrainer(EpochTrainer):
         log.info("test %s (best-validation checkpoint)%s", describe({k: metrics[f"test_{k}"] for k in names}),
                  f", MC test {describe({k: metrics[f'test_{k}_mc'] for k in names})} ({self.cfg.eval.samples} samples)"
                  if self.cfg.eval.mode == "mc" else "")
+        if "test_ece_mc_minus_ws" in metrics:
+            low, high = metrics["test_ece_mc_minus_ws_ci"]
+            log.info("ECE, MC minus weight scaling: %+.4f (95%% interval %+.4f to %+.4f); a calibrated predictor would "
+                     "score %.4f / %.4f from sampling alone", metrics["test_ece_mc_minus_ws"], low, high,
+                     metrics["test_ece_floor_mc"], metrics["test_ece_floor"])
         return metrics
 
     def final_tags(self) -> dict[str, str]:
         names = ("accuracy", "nll", "ece", "entropy") if self.task.kind == CLASSIFICATION else ("rmse",)
-        return {**super().final_tags(), **{f"test/{n}": f"test_{n}" for n in names},
+        tags = {**super().final_tags(), **{f"test/{n}": f"test_{n}" for n in names},
                 **{f"test/{n}_mc": f"test_{n}_mc" for n in names}}
+        if self.task.kind == CLASSIFICATION:
+            tags["test/ece_mc_minus_ws"] = "test_ece_mc_minus_ws"
+        return tags
 
     def is_smoke_run(self) -> bool:
         return super().is_smoke_run() or self.cfg.data.limit is not None  # a data subset: not a result
