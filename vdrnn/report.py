@@ -480,8 +480,8 @@ def plot_reliability(rows: list[SentimentRow], path: Path) -> None:
 
     panels = [row for row in rows if any("test_reliability_mc" in run for run in row.runs)]
     columns = min(4, len(panels))
-    fig, axes = plt.subplots(-(-len(panels) // columns), columns, figsize=(4.2 * columns, 4.4 * -(-len(panels) // columns)),
-                             squeeze=False)
+    lines = -(-len(panels) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(4.2 * columns, 4.4 * lines), squeeze=False)
     for ax, row in zip(axes.flat, panels, strict=False):
         runs = [run for run in row.runs if "test_reliability_mc" in run]
         low = 1.0

@@ -29,9 +29,9 @@ def _ece(confidence: torch.Tensor, correct: torch.Tensor, bins: int) -> torch.Te
     confidence, correct = confidence.reshape(-1, n).double(), correct.reshape(-1, n)
     rows = len(confidence)
     # Row r's bin k is slot r * bins + k of one flat histogram, so that R rows take one index_add_.
-    slot = (_confidence_bins(confidence, bins) + bins * torch.arange(rows).unsqueeze(1)).flatten()
-    hits = torch.zeros(rows * bins, dtype=torch.float64).index_add_(0, slot, correct.double().flatten())
-    sure = torch.zeros(rows * bins, dtype=torch.float64).index_add_(0, slot, confidence.flatten())
+    slot = (_confidence_bins(confidence, bins) + bins * torch.arange(rows, device=confidence.device)[:, None]).flatten()
+    hits = confidence.new_zeros(rows * bins).index_add_(0, slot, correct.double().flatten())
+    sure = confidence.new_zeros(rows * bins).index_add_(0, slot, confidence.flatten())
     # |B_k|/N * |acc_k - conf_k| = |hits_k - sum of confidences_k| / N
     return ((hits - sure).abs().view(rows, bins).sum(dim=1) / n).reshape(shape)
 
@@ -51,8 +51,8 @@ def ece_floor(probs: torch.Tensor, bins: int = ECE_BINS, draws: int = 200, seed:
     """The ECE a perfectly calibrated predictor with these confidences scores on N examples, on average.
 
     Such a predictor is right with probability equal to its confidence; drawing "right" that way
-    ``draws`` times and scoring each draw gives the ECE that sampling alone produces (about 0.005 for
-    25,000 reviews). A measured ECE near it is as calibrated as N examples can show.
+    ``draws`` times and scoring each draw gives the ECE that sampling alone produces (0.004 for the
+    25,000 IMDB test reviews). A measured ECE near it is as calibrated as N examples can show.
     """
     confidence = probs.max(dim=1).values.double().cpu()
     generator = torch.Generator().manual_seed(seed)
