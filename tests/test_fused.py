@@ -100,6 +100,39 @@ def test_many_batch_blocks_and_inference(block_plan):
     assert rel(y, y_ref) < 1e-3 and rel(h, h_ref) < 1e-3 and rel(c, c_ref) < 1e-3
 
 
+@pytest.mark.parametrize("op_bytes", [4, 2])
+@pytest.mark.parametrize("gates", [4, 3])
+@pytest.mark.parametrize("batch", [20, 128, 1000, 5000])
+def test_plans_keep_the_forward_pipeline_within_shared_memory(batch, gates, op_bytes, monkeypatch):
+    """Every stage of the forward loop holds the operand tile(s) and the gates' W tiles; the pipeline gets no deeper
+    than 227 KB hold (an H100's limit). Untied fp32 at MC evaluation's wide batches once asked for 240 KB."""
+    import vdrnn.fused as fused
+
+    monkeypatch.setattr(fused, "_smem_limit", lambda device: 232448)
+    for hidden in (128, 512, 650, 1500):
+        for operands in (1, gates):
+            plan = fused._Plan(batch, hidden, torch.device("cpu"), gates, operands, op_bytes)
+            stage = (operands * plan.block_b + gates * fused.BLOCK_H) * fused.BLOCK_K * op_bytes
+            assert plan.stages_f * stage <= 232448, (hidden, operands, plan.stages_f)
+    # Where three stages fit, the plan keeps them: tied, the same wide batch.
+    assert fused._Plan(1000, 512, torch.device("cpu"), 4, 1, 4).stages_f == 3
+    assert fused._Plan(1000, 512, torch.device("cpu"), 4, 4, 4).stages_f == 2
+
+
+@gpu
+def test_untied_masks_at_a_wide_inference_batch_run_on_the_gpu():
+    """MC evaluation's shape: 1,000 sequences, 512 units, untied masks, fp32 (three pipeline stages would need
+    240 KB of shared memory)."""
+    steps, batch, inputs, hidden = 3, 1000, 64, 512
+    leaves = random_problem(steps, batch, inputs, hidden)
+    x, h0, c0, *params = leaves
+    masks = make_masks("untied", steps, batch, inputs, hidden)
+    with torch.no_grad():
+        y_ref, (h_ref, c_ref) = lstm_reference(x, (h0, c0), tuple(params), masks)
+        y, (h, c) = lstm_fused(x, (h0, c0), tuple(params), masks)
+    assert rel(y, y_ref) < 1e-3 and rel(h, h_ref) < 1e-3 and rel(c, c_ref) < 1e-3
+
+
 @gpu
 @pytest.mark.parametrize("kind", ["tied", "untied", "moon"])
 def test_fused_bf16_autocast_close_to_reference(kind, block_plan):

@@ -79,6 +79,7 @@ from vdrnn.recurrent import GATES, lstm_reference, masked_linear
 _KERNELS = None  # (fwd_step, bwd_step) once built
 _WARNED: set[str] = set()  # modules that have said they fall back to the reference loop
 _SM_COUNT: dict[int, int] = {}
+_SMEM: dict[int, int] = {}
 
 # Block shapes, overridable through the environment for tuning without editing the code.
 # BLOCK_H: hidden units per program (the smallest tile a tensor-core product takes is 16);
@@ -369,6 +370,18 @@ def _sm_count(device: torch.device) -> int:
     return _SM_COUNT[index]
 
 
+def _smem_limit(device: torch.device) -> int:
+    """Bytes of shared memory one program may use: 227 KB on an H100 or H200 (the limit Triton checks)."""
+    if device.type != "cuda":
+        return 1 << 30  # the interpreter: no limit
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SMEM:
+        from triton.runtime import driver
+
+        _SMEM[index] = driver.active.utils.get_device_properties(index)["max_shared_mem"]
+    return _SMEM[index]
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -377,10 +390,13 @@ class _Plan:
     """Grid and split-K shape for one (batch, hidden, device): ~PROGRAMS_PER_SM programs per SM.
 
     At batch 20 there are only H / BLOCK_H blocks of output (41 at H=650): without splitting the
-    reduction most SMs would idle while a few stream all of W_hh through long loops.
+    reduction most SMs would idle while a few stream all of W_hh through long loops. ``gates``,
+    ``operands`` (1, or one masked copy of h per gate for untied masks) and ``op_bytes`` (the product
+    dtype's size) say how much shared memory a stage of the forward loop takes.
     """
 
-    def __init__(self, batch: int, hidden: int, device: torch.device):
+    def __init__(self, batch: int, hidden: int, device: torch.device, gates: int = GATES, operands: int = 1,
+                 op_bytes: int = 4):
         self.block_b = min(64, max(16, 1 << (batch - 1).bit_length()))
         self.n_b = _cdiv(batch, self.block_b)
         self.n_j = _cdiv(hidden, BLOCK_H)
@@ -400,9 +416,20 @@ class _Plan:
         # to repay the pipeline's prologue (H=650 on an H100: LSTM step in fp32 2.74 -> 2.50 ms tied, bf16
         # within 3%; GRU layer 1-6% faster; results/bench/NOTES.md).
         self.stages_f = 1 if per_f <= 2 else min(NUM_STAGES, per_f)
+        # ... and no deeper than shared memory holds: a stage is the operand tile(s) [BLOCK_B, BLOCK_K] and the
+        # gates' W tiles [BLOCK_K, BLOCK_H]. Untied fp32 at BLOCK_B 64 (MC evaluation's wide batches) takes 80 KB
+        # a stage, and three overflow an H100's 227 KB.
+        stage = (operands * self.block_b + gates * BLOCK_H) * BLOCK_K * op_bytes
+        self.stages_f = max(1, min(self.stages_f, _smem_limit(device) // stage))
         self.stages_b = max(1, min(NUM_STAGES, per_b))
         # Columns of the packed W: whole chunks for the forward, whole BLOCK_H blocks for the backward.
         self.w_cols = max(self.split_f * self.chunk_f, self.n_j * BLOCK_H)
+
+
+def _plan_for(x_proj: torch.Tensor, hidden: int, zh: torch.Tensor | None, op_dtype: torch.dtype, gates: int) -> _Plan:
+    """The plan of a layer's T steps: x_proj [T, B, gates * H], the recurrent mask zh ([B, G, H] when untied)."""
+    operands = gates if zh is not None and zh.dim() == 3 else 1
+    return _Plan(x_proj.shape[1], hidden, x_proj.device, gates, operands, op_dtype.itemsize)
 
 
 def _pack_weight(w_hh: torch.Tensor, dtype: torch.dtype, plan: _Plan) -> torch.Tensor:
@@ -497,7 +524,7 @@ class _FusedLSTM(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x_proj, h0, c0, w_hh, b_hh, zh, zc, c_scale, op_dtype):
-        plan = _Plan(x_proj.shape[1], h0.shape[-1], x_proj.device)
+        plan = _plan_for(x_proj, h0.shape[-1], zh, op_dtype, GATES)
         w_op = _pack_weight(w_hh, op_dtype, plan)
         margs = _mask_args(zh, zc, c_scale, _dummy(x_proj))
         y, h_last, cs, acts, hz = _forward(x_proj, h0, c0, w_op, b_hh, margs, plan, save_acts=True)
@@ -584,7 +611,7 @@ def lstm_fused(
         y, h_t, c_t = _FusedLSTM.apply(x_proj, h0, c0, w_hh, b_hh, zh, masks.c, masks.c_scale, op_dtype)
         return y, (h_t, c_t)
     # Inference (e.g. MC dropout evaluation): the same kernels, nothing saved for backward.
-    plan = _Plan(x_proj.shape[1], h0.shape[-1], x_proj.device)
+    plan = _plan_for(x_proj, h0.shape[-1], zh, op_dtype, GATES)
     margs = _mask_args(zh, masks.c, masks.c_scale, _dummy(x_proj))
     y, h_last, cs, _, _ = _forward(x_proj, h0, c0, _pack_weight(w_hh, op_dtype, plan), b_hh, margs, plan,
                                save_acts=False)

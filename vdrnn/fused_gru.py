@@ -36,7 +36,16 @@ from torch.autograd.function import once_differentiable
 
 from vdrnn import fused
 from vdrnn.dropout import LayerMasks
-from vdrnn.fused import _dummy, _mask_args, _op_dtype, _pack_weight, _Plan, _precision, kernels_or_fallback
+from vdrnn.fused import (
+    _dummy,
+    _mask_args,
+    _op_dtype,
+    _pack_weight,
+    _Plan,
+    _plan_for,
+    _precision,
+    kernels_or_fallback,
+)
 from vdrnn.recurrent import GRU_GATES, gru_reference, masked_linear
 
 _KERNELS = None  # (fwd_step, bwd_step) once built
@@ -272,7 +281,7 @@ class _FusedGRU(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x_proj, h0, w_hh, b_hh, zh, op_dtype):
-        plan = _Plan(x_proj.shape[1], h0.shape[-1], x_proj.device)
+        plan = _plan_for(x_proj, h0.shape[-1], zh, op_dtype, GRU_GATES)
         w_op = _pack_weight(w_hh, op_dtype, plan)
         margs = _gru_mask_args(zh, x_proj)
         y, hs, acts, hz = _forward(x_proj, h0, w_op, b_hh, margs, plan, save_acts=True)
@@ -355,7 +364,7 @@ def gru_fused(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x_proj, h0, w_hh, b_hh)):
         return _FusedGRU.apply(x_proj, h0, w_hh, b_hh, zh, op_dtype)
     # Inference (e.g. MC dropout evaluation): the same kernels, nothing saved for backward.
-    plan = _Plan(x_proj.shape[1], h0.shape[-1], x_proj.device)
+    plan = _plan_for(x_proj, h0.shape[-1], zh, op_dtype, GRU_GATES)
     margs = _gru_mask_args(zh, x_proj)
     y, hs, _, _ = _forward(x_proj, h0, _pack_weight(w_hh, op_dtype, plan), b_hh, margs, plan, save_acts=False)
     return y, hs[-1]
