@@ -491,7 +491,7 @@ def plot_reliability(rows: list[SentimentRow], path: Path) -> None:
             filled = [i for i, n in enumerate(sums["count"]) if n > 0]
             confidence = [sums["confidence"][i] / sums["count"][i] for i in filled]
             accuracy = [sums["right"][i] / sums["count"][i] for i in filled]
-            low = min(low, *confidence)
+            low = min(low, *confidence, *accuracy)
             ece = statistics.mean(run[f"test_ece{suffix}"] for run in runs)
             ax.plot(confidence, accuracy, "o-", markersize=3, label=f"{label} (ECE {ece:.4f})")
         ax.plot([0, 1], [0, 1], "k--", linewidth=0.8, label="calibrated")
