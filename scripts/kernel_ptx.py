@@ -4,8 +4,9 @@ Triton's interpreter (what the CPU tests run) checks what the kernels compute, n
 accepts them: a kernel can pass every CPU test and still fail to compile on the GPU. This script runs the
 real compiler, down to PTX and cubin with the ptxas that ships in the triton wheel, for every kernel
 variant the training paths launch (tied, untied and no recurrent mask; Moon's cell mask; fp32/TF32 and bf16
-operands; with and without split-K), with the block shapes and splits ``vdrnn.fused._Plan`` picks for a
-132-SM H100/H200 at batch 20. It prints each kernel's shared memory and a hash of its PTX.
+operands; with and without split-K), with the block shapes, splits and pipeline depths ``vdrnn.fused._Plan``
+picks for a 132-SM H100/H200 at batch 20, plus MC evaluation's untied forward at 1,000 sequences a pass (the
+widest operand tiles). It prints each kernel's shared memory and a hash of its PTX.
 
     python scripts/kernel_ptx.py                      # compile all; exit 1 if any fails
     python scripts/kernel_ptx.py --out /tmp/ptx/new   # also write the PTX (debug info stripped)
@@ -37,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vdrnn import fused, fused_gru  # noqa: E402
 
-SM_COUNT, BATCH = 132, 20  # H100 / H200, the benchmark's batch
+SM_COUNT, BATCH, MC_BATCH = 132, 20, 1000  # H100 / H200, the benchmark's batch, MC evaluation's
 SHARED_LIMIT = 232_448  # bytes of shared memory one program may use on sm_90
 INTS = {"t", "B", "stride_w", "stride_zb", "stride_zg"}  # every other argument is a pointer but c_scale
 
@@ -67,22 +68,37 @@ def cases(hidden_sizes):
     lstm_fwd, lstm_bwd = fused._build_kernels()
     gru_fwd, gru_bwd = fused_gru._build_kernels()
     fused._SM_COUNT[0] = SM_COUNT  # plan as on the GPU, without asking a driver
-    for hidden, op, mask in itertools.product(hidden_sizes, ("fp32", "bf16"), ("none", "tied", "untied", "moon")):
-        plan = fused._Plan(BATCH, hidden, torch.device("cuda", 0))
+    fused._SMEM[0] = SHARED_LIMIT
+
+    def plan_and_shapes(batch, hidden, op, mask, gates):
+        operands = gates if mask == "untied" else 1
+        plan = fused._Plan(batch, hidden, torch.device("cuda", 0), gates, operands, 2 if op == "bf16" else 4)
         shape = dict(H=hidden, BLOCK_B=plan.block_b, BLOCK_H=fused.BLOCK_H, BLOCK_K=fused.BLOCK_K,
                      OP_DTYPE=tl.bfloat16 if op == "bf16" else tl.float32, PRECISION="tf32",
                      HAS_ZH=mask in ("tied", "untied"), PER_GATE=mask == "untied")
         fwd = dict(shape, SAVE_ACTS=True, K_CHUNK=plan.chunk_f, SPLIT=plan.split_f)
         bwd = dict(shape, HAS_NEXT=True, K_CHUNK=plan.chunk_b, KS=plan.ks, OP_COPY=op == "bf16")
+        return plan, fwd, bwd
+
+    for hidden, op, mask in itertools.product(hidden_sizes, ("fp32", "bf16"), ("none", "tied", "untied", "moon")):
         tag = f"H{hidden}_{op}_{mask}"
+        plan, fwd, bwd = plan_and_shapes(BATCH, hidden, op, mask, fused.GATES)
         yield f"lstm_fwd_{tag}", lstm_fwd, op, dict(fwd, HAS_ZC=mask == "moon"), plan.stages_f
         yield f"lstm_bwd_{tag}", lstm_bwd, op, dict(bwd, HAS_ZC=mask == "moon"), plan.stages_b
-        if mask != "moon":  # a GRU has no cell state
-            yield f"gru_fwd_{tag}", gru_fwd, op, fwd, plan.stages_f
-            yield f"gru_bwd_{tag}", gru_bwd, op, bwd, plan.stages_b
         if op == "fp32" and mask == "tied":  # the last backward step, and inference (nothing saved)
             yield f"lstm_bwd_last_{tag}", lstm_bwd, op, dict(bwd, HAS_ZC=False, HAS_NEXT=False), plan.stages_b
             yield f"lstm_fwd_infer_{tag}", lstm_fwd, op, dict(fwd, HAS_ZC=False, SAVE_ACTS=False), plan.stages_f
+        if mask == "untied":  # MC evaluation: inference on many sequences a pass
+            wide, fwd_mc, _ = plan_and_shapes(MC_BATCH, hidden, op, mask, fused.GATES)
+            yield f"lstm_fwd_mc_{tag}", lstm_fwd, op, dict(fwd_mc, HAS_ZC=False, SAVE_ACTS=False), wide.stages_f
+        if mask == "moon":  # a GRU has no cell state
+            continue
+        plan, fwd, bwd = plan_and_shapes(BATCH, hidden, op, mask, fused_gru.GRU_GATES)
+        yield f"gru_fwd_{tag}", gru_fwd, op, fwd, plan.stages_f
+        yield f"gru_bwd_{tag}", gru_bwd, op, bwd, plan.stages_b
+        if mask == "untied":
+            wide, fwd_mc, _ = plan_and_shapes(MC_BATCH, hidden, op, mask, fused_gru.GRU_GATES)
+            yield f"gru_fwd_mc_{tag}", gru_fwd, op, dict(fwd_mc, SAVE_ACTS=False), wide.stages_f
 
 
 def stripped_ptx(ptx: str) -> str:

@@ -27,8 +27,9 @@ def test_every_fused_kernel_variant_compiles_for_hopper(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     # 650 and 1500 units x fp32 / bf16 x {none, tied, untied, moon}: LSTM forward and backward, GRU too
-    # (no Moon), plus the last backward step and inference.
-    assert len(lines) == 2 * 2 * (4 * 2 + 3 * 2) + 2 * 2, result.stdout
+    # (no Moon), plus the last backward step and inference, and MC's untied forward at 1,000 sequences
+    # (it asked for more shared memory than sm_90 has until the plan capped the pipeline).
+    assert len(lines) == 2 * 2 * (4 * 2 + 3 * 2) + 2 * 2 + 2 * 2 * 2, result.stdout
     assert all(": ok, shared " in line for line in lines), result.stdout
     ptx = (tmp_path / "ptx" / "lstm_fwd_H1500_fp32_untied.ptx").read_text()
     assert ".target sm_90" in ptx and "mma.sync" in ptx  # tensor-core products, for Hopper
