@@ -130,7 +130,7 @@ def binary_predictor(n: int, sharpen: float, seed: int) -> tuple[torch.Tensor, t
     g = torch.Generator().manual_seed(seed)
     accuracy = 0.5 + 0.5 * torch.rand(n, generator=g, dtype=torch.float64) ** 0.4 * 0.98
     labels = (torch.rand(n, generator=g, dtype=torch.float64) < accuracy).long()
-    confidence = 0.5 + (accuracy - 0.5) * sharpen
+    confidence = (0.5 + (accuracy - 0.5) * sharpen).clamp(max=1.0)
     return torch.stack([1 - confidence, confidence], dim=1), labels
 
 
