@@ -24,6 +24,7 @@ import functools
 import json
 import math
 import statistics
+import textwrap
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -497,7 +498,8 @@ def plot_reliability(rows: list[SentimentRow], path: Path) -> None:
         ax.plot([0, 1], [0, 1], "k--", linewidth=0.8, label="calibrated")
         lim = max(0.0, math.floor(low * 10) / 10)
         ax.set(xlim=(lim, 1), ylim=(lim, 1), xlabel="confidence (bin mean)", ylabel="accuracy")
-        ax.set_title(f"{row.name} (n={len(runs)})\n{row.dropout}", fontsize=9)
+        # Rows named by their overrides can outgrow a panel: wrap them rather than let titles overlap.
+        ax.set_title(textwrap.fill(f"{row.name} (n={len(runs)})", 50) + f"\n{row.dropout}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
     for ax in list(axes.flat)[len(panels):]:
