@@ -85,8 +85,9 @@ def test_help_lists_every_group(tmp_path):
     out = run_cli("train", "--help", cwd=tmp_path).stdout
     lines = {line.split(":")[0]: line for line in out.splitlines() if ": " in line}
     expected = {"dataset": ["ptb"], "model": ["small", "medium", "large", "awd"], "cell": ["lstm"],
-                "dropout": ["none", "zaremba", "moon", "moon_emb", "variational", "variational_untied", "awd"],
-                "eval": ["scale", "mc"], "experiment": ["medium_variational", "large_zaremba", "awd_ptb"]}
+                "dropout": ["none", "zaremba", "moon", "moon_emb", "variational", "variational_untied", "gaussian",
+                            "gaussian_untied", "awd"],
+                "eval": ["scale", "mc"], "experiment": ["medium_variational", "large_zaremba", "medium_gaussian", "awd_ptb"]}
     for group, options in expected.items():
         listed = lines[group].split(": ", 1)[1].split(", ")
         assert set(options) <= set(listed), group

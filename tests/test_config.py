@@ -16,7 +16,9 @@ from vdrnn.tracking import flatten
 CONF = resources.files("vdrnn.conf")
 GROUPS = {g: sorted(p.name[:-5] for p in CONF.joinpath(g).iterdir() if p.name.endswith(".yaml"))
           for g in ("dataset", "model", "cell", "dropout", "eval", "experiment")}
-TABLE1 = [p for p in GROUPS["experiment"] if p.startswith(("medium_", "large_"))]
+# Gal & Ghahramani's Table 1 rows; the Gaussian presets share their names' form but are not rows of it.
+GAUSSIAN = [p for p in GROUPS["experiment"] if "_gaussian" in p]
+TABLE1 = [p for p in GROUPS["experiment"] if p.startswith(("medium_", "large_")) and p not in GAUSSIAN]
 
 
 def composed(*overrides: str):
@@ -62,11 +64,12 @@ def test_every_option_composes_and_validates(group, option):
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
-@pytest.mark.parametrize("dropout", ["none", "zaremba", "variational", "variational_untied"])
+@pytest.mark.parametrize("dropout", ["none", "zaremba", "variational", "variational_untied", "gaussian",
+                                     "gaussian_untied"])
 def test_sentiment_runs_every_cell_with_every_applicable_scheme(cell, dropout):
     cfg = validated(composed("dataset=imdb", "model=sentiment", f"cell={cell}", f"dropout={dropout}"))
     assert (cfg.model.cell, cfg.model.hidden_size, cfg.trainer.optimizer) == (cell, 128, "adam")
-    assert cfg.dropout.per_gate == (dropout == "variational_untied")
+    assert cfg.dropout.per_gate == dropout.endswith("_untied")
 
 
 @pytest.mark.parametrize("cell", ["gru", "rnn"])
@@ -113,6 +116,19 @@ def test_presets_carry_paper_numbers_and_a_run_command(preset):
     assert f"vdrnn train experiment={preset}" in header and f"test {cfg.paper.test}" in header
     if row.startswith("variational"):
         assert cfg.eval.mode == "mc" and cfg.paper.test_mc is not None
+
+
+@pytest.mark.parametrize("preset", GAUSSIAN)
+def test_gaussian_presets_are_gals_variational_presets_with_gaussian_noise(preset):
+    """Each lists only what differs from the variational row it is named after: the noise, and no paper numbers."""
+    assert len(GAUSSIAN) == 4
+    gaussian = to_container(composed(f"experiment={preset}"))
+    variational = to_container(composed(f"experiment={preset.replace('gaussian', 'variational')}"))
+    assert gaussian["dropout"].pop("scheme") == "gaussian" and variational["dropout"].pop("scheme") == "variational"
+    assert gaussian.pop("paper") is None and variational.pop("paper")["table"] == 1
+    assert gaussian == variational
+    header = CONF.joinpath("experiment", f"{preset}.yaml").read_text()
+    assert f"vdrnn train experiment={preset}" in header and "vdrnn: val" in header
 
 
 def test_large_presets_use_gal_and_zaremba_settings():

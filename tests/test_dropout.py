@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vdrnn.dropout import DropoutConfig, LayerMasks, bernoulli_mask, make_dropout
+from vdrnn.dropout import DropoutConfig, LayerMasks, bernoulli_mask, gaussian_mask, make_dropout
 from vdrnn.errors import ConfigError
 from vdrnn.model import LanguageModel, ModelConfig
 from vdrnn.recurrent import GATES, LSTMLayer, masked_linear
@@ -155,6 +155,58 @@ def test_expectation_preserved_for_every_site():
     assert s.word_type_mask(tokens, 100).mean().item() == pytest.approx(1.0, abs=0.03)
 
 
+# ---------------------------------------------------------------------------- Kingma, Gaussian
+@pytest.mark.parametrize("p", [0.2, 0.5, 0.65])
+def test_gaussian_mask_has_the_mean_and_variance_of_the_inverted_bernoulli_mask(p):
+    torch.manual_seed(0)
+    gauss, bern = gaussian_mask((400, 500), p, torch.empty(0)), bernoulli_mask((400, 500), p, torch.empty(0))
+    alpha = p / (1 - p)
+    assert gauss.mean().item() == pytest.approx(1.0, abs=0.01) == bern.mean().item()
+    assert gauss.var().item() == pytest.approx(alpha, rel=0.02)
+    assert bern.var().item() == pytest.approx(alpha, rel=0.02)  # the moment Kingma's alpha = p / (1-p) matches
+    # Gaussian, not two-valued: about 68% of the draws within one standard deviation of 1.
+    assert gauss.unique().numel() > 1000
+    assert ((gauss - 1).abs() < alpha**0.5).float().mean().item() == pytest.approx(0.6827, abs=0.01)
+
+
+def test_gaussian_masks_sit_where_gals_do_per_sample_fixed_over_time_with_each_sites_variance():
+    torch.manual_seed(0)
+    big = torch.randn(T, 20000, D)
+    s = scheme("gaussian", embedding=0.2, input=0.5, hidden=0.3, recurrent=0.2, output=0.4)
+    first, second = s.layer_masks(big, H, GATES, layer=0), s.layer_masks(big, H, GATES, layer=1)
+    assert first.x.shape == (20000, D) and first.h.shape == (20000, H) and not first.per_gate  # [B, D]: no T
+    out = s.output_mask(big)
+    assert out.shape == (1, 20000, D)  # one draw per sample, broadcast over every step
+    tokens = torch.randint(0, 50, (T, 20000))
+    words = s.word_type_mask(tokens, 50)
+    assert all(words[tokens[:, b] == w, b].unique().numel() == 1 for b in range(3) for w in tokens[:, b].unique())
+    variance = {name: m.var().item() for name, m in
+                (("x", first.x), ("h", first.h), ("x2", second.x), ("out", out), ("words", words[0]))}
+    assert variance == pytest.approx({"x": 1.0, "h": 0.25, "x2": 0.3 / 0.7, "out": 0.4 / 0.6, "words": 0.25}, rel=0.05)
+    assert not torch.equal(first.h[0], first.h[1])  # per sample
+
+
+def test_gaussian_untied_draws_a_mask_per_gate_and_the_layer_applies_it_like_gals():
+    torch.manual_seed(0)
+    masks = scheme("gaussian", input=0.5, recurrent=0.5, per_gate=True).layer_masks(x_input(), H, GATES)
+    assert masks.per_gate and masks.x.shape == (B, GATES, D) and masks.h.shape == (B, GATES, H)
+    assert not torch.equal(masks.h[:, 0], masks.h[:, 1])
+    # The layer only multiplies: Gaussian masks give exactly the reference LSTM with those masks.
+    layer = LSTMLayer(D, H, impl="reference")
+    x, state = x_input(), (torch.randn(B, H), torch.randn(B, H))
+    noise_free = layer(x, state, LayerMasks(x=torch.ones(B, GATES, D), h=torch.ones(B, GATES, H), per_gate=True))[0]
+    assert torch.allclose(noise_free, layer(x, state, LayerMasks())[0], atol=1e-6)
+    assert not torch.allclose(layer(x, state, masks)[0], noise_free)
+
+
+def test_gaussian_scheme_takes_the_variational_sites_only():
+    with pytest.raises(ConfigError, match="not used by scheme 'gaussian'"):
+        DropoutConfig(scheme="gaussian", cell=0.5)
+    with pytest.raises(ConfigError, match="not used by scheme 'gaussian'"):
+        DropoutConfig(scheme="gaussian", weight=0.5)
+    assert DropoutConfig(scheme="gaussian", locked_mask="batch").locked_mask == "batch"
+
+
 # ---------------------------------------------------------------------------- modes
 def lm(name="variational", **p):
     torch.manual_seed(0)
@@ -167,6 +219,7 @@ def lm(name="variational", **p):
     ("moon", {"cell": 0.5, "embedding": 0.3}),
     ("variational", {"embedding": 0.3, "input": 0.5, "recurrent": 0.3, "output": 0.5}),
     ("variational", {"input": 0.5, "recurrent": 0.3, "per_gate": True}),
+    ("gaussian", {"embedding": 0.3, "input": 0.5, "recurrent": 0.3, "output": 0.5}),
 ])
 def test_eval_is_deterministic_and_training_and_mc_are_stochastic(name, p):
     model = lm(name, **p)

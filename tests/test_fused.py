@@ -12,7 +12,14 @@ import pytest
 import torch
 from triton_setup import CUDA, DEVICE, exact_fp32, gpu, rel  # noqa: F401 (exact_fp32: autouse fixture)
 
-from vdrnn.dropout import DropoutConfig, DropoutScheme, LayerMasks, bernoulli_mask, make_dropout
+from vdrnn.dropout import (
+    DropoutConfig,
+    DropoutScheme,
+    LayerMasks,
+    bernoulli_mask,
+    gaussian_mask,
+    make_dropout,
+)
 from vdrnn.fused import lstm_fused
 from vdrnn.graphed import GraphedTrainStep
 from vdrnn.model import LanguageModel, ModelConfig
@@ -40,6 +47,11 @@ def make_masks(kind: str, steps: int, batch: int, inputs: int, hidden: int) -> L
                           h=bernoulli_mask((1, 4, hidden), 0.5, like), per_gate=True)
     if kind == "untied_x_only":
         return LayerMasks(x=bernoulli_mask((batch, 4, inputs), 0.5, like), per_gate=True)
+    if kind == "gaussian":  # Kingma's N(1, p/(1-p)) entries: real-valued, some negative
+        return LayerMasks(x=gaussian_mask((batch, inputs), 0.4, like), h=gaussian_mask((batch, hidden), 0.5, like))
+    if kind == "gaussian_untied":
+        return LayerMasks(x=gaussian_mask((batch, 4, inputs), 0.4, like),
+                          h=gaussian_mask((batch, 4, hidden), 0.5, like), per_gate=True)
     if kind == "moon":
         keep = torch.empty(batch, hidden, device=DEVICE).bernoulli_(0.6)
         return LayerMasks(c=keep, c_scale=1 / 0.6)
@@ -75,7 +87,7 @@ NAMES = ["y", "h_T", "c_T", "dx", "dh0", "dc0", "dw_ih", "dw_hh", "db_ih", "db_h
 
 @pytest.mark.parametrize("hidden", [8, 33])
 @pytest.mark.parametrize("kind", ["none", "tied", "tied_h_only", "fresh_x_tied_h", "untied", "untied_x_only",
-                                  "tied_batch", "untied_batch", "moon", "moon_c"])
+                                  "tied_batch", "untied_batch", "gaussian", "gaussian_untied", "moon", "moon_c"])
 def test_fused_matches_reference(kind, hidden, block_plan):
     steps, batch, inputs = 5, 3, 7
     leaves = random_problem(steps, batch, inputs, hidden)

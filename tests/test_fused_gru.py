@@ -10,7 +10,7 @@ import pytest
 import torch
 from triton_setup import CUDA, DEVICE, exact_fp32, gpu, rel  # noqa: F401 (exact_fp32: autouse fixture)
 
-from vdrnn.dropout import LayerMasks, bernoulli_mask
+from vdrnn.dropout import LayerMasks, bernoulli_mask, gaussian_mask
 from vdrnn.fused_gru import gru_fused
 from vdrnn.recurrent import GRU_GATES, GRULayer, gru_reference
 
@@ -36,6 +36,9 @@ def make_masks(kind: str, steps: int, batch: int, inputs: int, hidden: int) -> L
     if kind == "untied_batch":
         return LayerMasks(x=bernoulli_mask((1, GRU_GATES, inputs), 0.4, like),
                           h=bernoulli_mask((1, GRU_GATES, hidden), 0.5, like), per_gate=True)
+    if kind == "gaussian_untied":  # Kingma's N(1, p/(1-p)) entries: real-valued, some negative
+        return LayerMasks(x=gaussian_mask((batch, GRU_GATES, inputs), 0.4, like),
+                          h=gaussian_mask((batch, GRU_GATES, hidden), 0.5, like), per_gate=True)
     raise ValueError(kind)
 
 
@@ -78,7 +81,7 @@ def compare(steps, batch, inputs, hidden, kind, tol=1e-5):
 
 
 @pytest.mark.parametrize("kind", ["none", "tied_h", "tied", "fresh_x_tied_h", "untied", "untied_x_only", "tied_batch",
-                                  "untied_batch"])
+                                  "untied_batch", "gaussian_untied"])
 def test_fused_gru_matches_reference(kind):
     torch.manual_seed(0)
     compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind)

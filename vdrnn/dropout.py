@@ -6,17 +6,18 @@ LSTM (gate order i, f, g, o as in ``torch.nn.LSTM``) computes
 
     [i; f; g; o] = W_x x_t + W_h h_{t-1} + b,   c_t = f*c_{t-1} + i*g,   h_t = o*tanh(c_t).
 
-A *mask* z is a tensor of independent Bernoulli(1-p) draws divided by (1-p) ("inverted dropout"),
-so E[z] = 1 and evaluation with all masks equal to one (weight scaling, ``eval=scale``) needs no
-rescaling. What differs between schemes is where masks go, their shape, and how often they are drawn:
+A *mask* z is a tensor of independent Bernoulli(1-p) draws divided by (1-p) ("inverted dropout"; Gaussian
+N(1, p/(1-p)) draws in Kingma's scheme), so E[z] = 1 and evaluation with all masks equal to one (weight
+scaling, ``eval=scale``) needs no rescaling. What differs between schemes is where masks go, their shape, and how often they are drawn:
 
-| scheme                 | dropped tensors                           | mask shape    | drawn                          |
-|------------------------|-------------------------------------------|---------------|--------------------------------|
-| ``none``               | nothing                                   | --            | --                             |
-| ``zaremba`` (2014)     | layer inputs x_t, final output            | T x B x D     | fresh every time step, sample  |
-| ``moon`` (2015)        | cell state c_t (+ optional word types)    | B x H         | once per sample per minibatch  |
-| ``variational`` (tied) | word types, x_t, h_{t-1}, final output    | B x D         | once per sample per minibatch  |
-| ``variational`` untied | same, with a separate mask for every gate | B x 4 x D     | once per sample per minibatch  |
+| scheme                 | dropped tensors                           | mask shape     | drawn                          |
+|------------------------|-------------------------------------------|----------------|--------------------------------|
+| ``none``               | nothing                                   | --             | --                             |
+| ``zaremba`` (2014)     | layer inputs x_t, final output            | T x B x D      | fresh every time step, sample  |
+| ``moon`` (2015)        | cell state c_t (+ optional word types)    | B x H          | once per sample per minibatch  |
+| ``variational`` (tied) | word types, x_t, h_{t-1}, final output    | B x D          | once per sample per minibatch  |
+| ``variational`` untied | same, with a separate mask for every gate | B x 4 x D      | once per sample per minibatch  |
+| ``gaussian`` (Kingma)  | as ``variational``; entries N(1, p/(1-p)) | as variational | once per sample per minibatch  |
 
 "Per minibatch" means per truncated-BPTT segment: masks are redrawn for every 35-step minibatch
 while the hidden state is carried over from the previous one (Gal's ``main_new_dropout_SOTA_v3.lua``).
@@ -32,13 +33,15 @@ their masks as a :class:`LayerMasks`; the scheme decides shapes, the layer only 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from vdrnn.errors import ConfigError
 
-SCHEMES = ("none", "zaremba", "moon", "variational", "awd")
+SCHEMES = ("none", "zaremba", "moon", "variational", "gaussian", "awd")
 GRANULARITIES = ("sample", "batch")
 CELL_SCALES = ("h", "c")
 
@@ -80,6 +83,7 @@ class DropoutConfig:
         "zaremba": ("input", "hidden", "output"),
         "moon": ("cell", "embedding"),
         "variational": ("embedding", "input", "hidden", "recurrent", "output"),
+        "gaussian": ("embedding", "input", "hidden", "recurrent", "output"),
         "awd": ("embedding", "input", "hidden", "output", "weight"),
     }
     SITES = ("embedding", "input", "hidden", "recurrent", "output", "cell", "weight")
@@ -87,7 +91,7 @@ class DropoutConfig:
     # Only Gal's and AWD's layers draw fixed-over-time masks through ``locked_mask`` (Moon's cell mask is
     # always one per sample); word-type masks exist only where the embedding site does.
     MASK_USERS = {
-        "locked_mask": ("variational", "awd"),
+        "locked_mask": ("variational", "gaussian", "awd"),
         "embedding_mask": tuple(name for name, sites in ALLOWED.items() if "embedding" in sites),
     }
 
@@ -140,6 +144,18 @@ def bernoulli_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torc
     """
     keep = torch.empty(shape, device=like.device, dtype=torch.float32).bernoulli_(1.0 - p)
     return keep.div_(1.0 - p)
+
+
+def gaussian_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
+    """Multiplicative Gaussian noise N(1, alpha) with alpha = p / (1 - p), drawn as ``bernoulli_mask``.
+
+    alpha is the variance of the inverted Bernoulli mask of the same p (its values 0 and 1/(1-p) have mean 1 and
+    mean square 1/(1-p)), so the two masks agree in their first two moments (Srivastava et al. 2014, sec. 10).
+    """
+    return torch.empty(shape, device=like.device, dtype=torch.float32).normal_(1.0, math.sqrt(p / (1.0 - p)))
+
+
+Noise = Callable[[tuple[int, ...], float, torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -204,21 +220,23 @@ class DropoutScheme:
         return None
 
 
-def _word_type_mask(tokens: torch.Tensor, vocab_size: int, p: float, granularity: str) -> torch.Tensor | None:
-    # One Bernoulli draw per (sequence, word type): every occurrence of a word in a sequence is
-    # dropped together (Gal sec. 4.1, and the fix in Gal's README that tied masks per word). With
-    # granularity "batch" one draw per word type serves every sequence of the minibatch (AWD).
+def _word_type_mask(tokens: torch.Tensor, vocab_size: int, p: float, granularity: str,
+                    noise: Noise = bernoulli_mask) -> torch.Tensor | None:
+    # One draw per (sequence, word type): every occurrence of a word in a sequence is dropped (or scaled)
+    # together (Gal sec. 4.1, and the fix in Gal's README that tied masks per word). With granularity
+    # "batch" one draw per word type serves every sequence of the minibatch (AWD).
     if p == 0:
         return None
     if granularity == "batch":
-        return bernoulli_mask((vocab_size,), p, tokens)[tokens].unsqueeze(-1)  # [T, B, 1]
-    per_type = bernoulli_mask((tokens.shape[1], vocab_size), p, tokens)  # [B, V]
+        return noise((vocab_size,), p, tokens)[tokens].unsqueeze(-1)  # [T, B, 1]
+    per_type = noise((tokens.shape[1], vocab_size), p, tokens)  # [B, V]
     return per_type.gather(1, tokens.t()).t().unsqueeze(-1)  # [T, B, 1]
 
 
-def _locked_mask(batch: int, size: int, p: float, granularity: str, like: torch.Tensor) -> torch.Tensor | None:
+def _locked_mask(batch: int, size: int, p: float, granularity: str, like: torch.Tensor,
+                 noise: Noise = bernoulli_mask) -> torch.Tensor | None:
     """A mask fixed over time: [B, size] per sample, or [1, size] shared by the batch."""
-    return bernoulli_mask((batch if granularity == "sample" else 1, size), p, like) if p > 0 else None
+    return noise((batch if granularity == "sample" else 1, size), p, like) if p > 0 else None
 
 
 class ZarembaDropout(DropoutScheme):
@@ -292,27 +310,55 @@ class VariationalDropout(DropoutScheme):
     the embedding output (layer 1) or on the output of the layer below.
     """
 
+    noise: Noise = staticmethod(bernoulli_mask)  # what one mask entry is; GaussianDropout changes only this
+
     def word_type_mask(self, tokens, vocab_size):
-        return _word_type_mask(tokens, vocab_size, self.config.embedding, self.config.embedding_mask)
+        return _word_type_mask(tokens, vocab_size, self.config.embedding, self.config.embedding_mask, self.noise)
 
     def layer_masks(self, x, hidden_size, gates, layer=0):
         cfg = self.config
         p_in = cfg.input_p(layer)
         if not cfg.per_gate:
-            return LayerMasks(x=_locked_mask(x.shape[1], x.shape[2], p_in, cfg.locked_mask, x),
-                              h=_locked_mask(x.shape[1], hidden_size, cfg.recurrent, cfg.locked_mask, x))
+            return LayerMasks(x=_locked_mask(x.shape[1], x.shape[2], p_in, cfg.locked_mask, x, self.noise),
+                              h=_locked_mask(x.shape[1], hidden_size, cfg.recurrent, cfg.locked_mask, x, self.noise))
         batch = x.shape[1] if cfg.locked_mask == "sample" else 1
         return LayerMasks(
-            x=bernoulli_mask((batch, gates, x.shape[2]), p_in, x) if p_in > 0 else None,
-            h=bernoulli_mask((batch, gates, hidden_size), cfg.recurrent, x) if cfg.recurrent > 0 else None,
+            x=self.noise((batch, gates, x.shape[2]), p_in, x) if p_in > 0 else None,
+            h=self.noise((batch, gates, hidden_size), cfg.recurrent, x) if cfg.recurrent > 0 else None,
             # With both p = 0 the untied cell is exactly the tied one and may take the fused path.
             per_gate=p_in > 0 or cfg.recurrent > 0,
         )
 
     def output_mask(self, y):
         cfg = self.config
-        mask = _locked_mask(y.shape[1], y.shape[2], cfg.output, cfg.locked_mask, y)
+        mask = _locked_mask(y.shape[1], y.shape[2], cfg.output, cfg.locked_mask, y, self.noise)
         return None if mask is None else mask.unsqueeze(0)
+
+
+class GaussianDropout(VariationalDropout):
+    """Kingma, Salimans & Welling (2015), variational (Gaussian) dropout, on Gal's sites and with Gal's masks.
+
+    Every mask entry is Gaussian, xi ~ N(1, alpha) with alpha = p / (1 - p), instead of Bernoulli(1-p)/(1-p):
+    the same mean (1) and variance (alpha) as the inverted Bernoulli mask of that p. Everything else is
+    :class:`VariationalDropout`'s: tied gates [i; f; g; o] = W [x_t * xi_x ; h_{t-1} * xi_h] + b with xi_x [B, D]
+    and xi_h [B, H] **drawn once per sample per minibatch and reused at every time step**; untied gates
+    (``cell.gates=untied``) draw [B, 4, D] and [B, 4, H]; word types get one draw per type per sequence, the
+    output one [B, H] draw. Evaluation: weight scaling (``eval=scale``) sets xi = 1 = E[xi]; MC (``eval=mc``)
+    draws fresh xi per sample.
+
+    Why this is Kingma's variational dropout. Multiplying the inputs a of a linear map B = (a * xi) W by
+    xi ~ N(1, alpha) is the same as sampling each row w_i of W from N(w_i, alpha w_i^2) with one noise variable
+    per row: Kingma's variational dropout with correlated weight noise ("variational dropout A", the
+    variational reading of Gaussian dropout on a layer's inputs), a Gaussian posterior q(W) whose mean W is
+    what training learns. Tying the draws over time, as Gal does, makes the
+    noise one sample of the weights per sequence, the same W at every step. Under Kingma's log-uniform prior,
+    -KL(q || p) = const + 0.5 log alpha + c1 alpha + c2 alpha^2 + c3 alpha^3 depends on alpha alone
+    (c1 = 1.16145124, c2 = -1.50204118, c3 = 0.58629921), so with alpha fixed by ``dropout.*`` the KL term is a
+    constant and the objective is the plain likelihood under the noise. Learning alpha (Kingma's adaptive
+    variant, alpha <= 1) is not implemented.
+    """
+
+    noise: Noise = staticmethod(gaussian_mask)
 
 
 class AWDDropout(VariationalDropout):
@@ -343,6 +389,7 @@ def make_dropout(config: DropoutConfig) -> DropoutScheme:
         "zaremba": ZarembaDropout,
         "moon": MoonDropout,
         "variational": VariationalDropout,
+        "gaussian": GaussianDropout,
         "awd": AWDDropout,
     }
     return classes[config.scheme](config)

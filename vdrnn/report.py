@@ -78,7 +78,7 @@ def dropout_label(dropout: dict[str, Any]) -> str:
 def scheme_name(config: dict[str, Any]) -> str:
     """An ad-hoc run's name: its dropout scheme, e.g. ``variational (untied)``."""
     scheme = config.get("dropout", {}).get("scheme", "?")
-    untied = config.get("cell", {}).get("gates") == "untied" and scheme == "variational"
+    untied = config.get("cell", {}).get("gates") == "untied" and scheme in ("variational", "gaussian")
     return scheme + (" (untied)" if untied else "")
 
 
@@ -352,7 +352,8 @@ def plot(rows: list[Row], path: Path) -> None:
 
 # ----------------------------------------------------------------------------- sentiment runs
 CELL_ORDER = ["lstm", "gru", "rnn"]
-SCHEME_ORDER = ["none", "zaremba", "moon", "moon_emb", "variational", "variational (untied)"]
+SCHEME_ORDER = ["none", "zaremba", "moon", "moon_emb", "variational", "variational (untied)", "gaussian",
+                "gaussian (untied)"]
 # Per dataset: (metric, column title, digits, x100), the per-epoch error curve and its axis label.
 SENTIMENT_METRICS = {
     "imdb": [("accuracy", "accuracy (%)", 2, True), ("nll", "NLL", 4, False), ("ece", "ECE", 4, False),

@@ -18,7 +18,7 @@ from vdrnn.model import ModelConfig
 DATASETS = ("imdb", "scale")
 # Schemes whose masks a GRU or tanh RNN can take; Moon drops the LSTM's cell state c_t, and the
 # layers without one would have nowhere to put it.
-SINGLE_STATE_SCHEMES = ("none", "zaremba", "variational")
+SINGLE_STATE_SCHEMES = ("none", "zaremba", "variational", "gaussian")
 # Settings that only the language model's trainer and MC test read (vdrnn/train.py, vdrnn/evaluate.py): how
 # the LM loss is reduced over BPTT steps, CUDA-graph capture of the LM step, NT-ASGD's trigger and whether
 # MC masks are kept over a test stream. A sentiment run would ignore them without a word, so any value but
