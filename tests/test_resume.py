@@ -23,9 +23,10 @@ def history(run):
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("average", [[], ["trainer.ema=0.9"]], ids=["weights", "ema"])
-def test_resumed_run_equals_uninterrupted_run(tmp_path, tiny_corpus, average):
-    common = [*TINY, *VARIATIONAL, *average, f"data.root={tiny_corpus}"]
+@pytest.mark.parametrize("variant", [[], ["trainer.ema=0.9"], ["dropout.scheme=gaussian"]],
+                         ids=["weights", "ema", "gaussian-noise"])
+def test_resumed_run_equals_uninterrupted_run(tmp_path, tiny_corpus, variant):
+    common = [*TINY, *VARIATIONAL, *variant, f"data.root={tiny_corpus}"]
     run_cli("train", *common, "trainer.epochs=3", "hydra.run.dir=straight", cwd=tmp_path)
     # Interrupted after epoch 1, then restarted in the same output dir with the full budget.
     run_cli("train", *common, "trainer.epochs=1", "hydra.run.dir=resumed", cwd=tmp_path)

@@ -8,7 +8,8 @@ LSTM (gate order i, f, g, o as in ``torch.nn.LSTM``) computes
 
 A *mask* z is a tensor of independent Bernoulli(1-p) draws divided by (1-p) ("inverted dropout"; Gaussian
 N(1, p/(1-p)) draws in Kingma's scheme), so E[z] = 1 and evaluation with all masks equal to one (weight
-scaling, ``eval=scale``) needs no rescaling. What differs between schemes is where masks go, their shape, and how often they are drawn:
+scaling, ``eval=scale``) needs no rescaling. What differs between schemes is where masks go, their shape,
+and how often they are drawn:
 
 | scheme                 | dropped tensors                           | mask shape     | drawn                          |
 |------------------------|-------------------------------------------|----------------|--------------------------------|
@@ -58,8 +59,8 @@ class DropoutConfig:
     ``embedding_mask`` and ``locked_mask`` say whether word-type and fixed-over-time masks are drawn
     per ``sample`` (Gal) or once per ``batch`` and shared by its sequences (AWD's reference code
     for word types); ``batch`` is refused for schemes that draw no such masks. ``per_gate`` gives every
-    gate its own masks (Gal's untied-weights variant, eq. 5); only the variational scheme has per-gate
-    masks, for the others tied and untied cells are identical.
+    gate its own masks (Gal's untied-weights variant, eq. 5); only the variational and Gaussian schemes have
+    per-gate masks, for the others tied and untied cells are identical.
     ``cell_scale`` says where Moon's 1/(1-p) goes (see :class:`MoonDropout`).
     """
 
@@ -88,8 +89,8 @@ class DropoutConfig:
     }
     SITES = ("embedding", "input", "hidden", "recurrent", "output", "cell", "weight")
     # Schemes that read each mask granularity; elsewhere a non-default one would silently do nothing.
-    # Only Gal's and AWD's layers draw fixed-over-time masks through ``locked_mask`` (Moon's cell mask is
-    # always one per sample); word-type masks exist only where the embedding site does.
+    # Only Gal's (Bernoulli or Gaussian) and AWD's layers draw fixed-over-time masks through ``locked_mask``
+    # (Moon's cell mask is always one per sample); word-type masks exist only where the embedding site does.
     MASK_USERS = {
         "locked_mask": ("variational", "gaussian", "awd"),
         "embedding_mask": tuple(name for name, sites in ALLOWED.items() if "embedding" in sites),
