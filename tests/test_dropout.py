@@ -191,7 +191,8 @@ def test_gaussian_untied_draws_a_mask_per_gate_and_the_layer_applies_it_like_gal
     masks = scheme("gaussian", input=0.5, recurrent=0.5, per_gate=True).layer_masks(x_input(), H, GATES)
     assert masks.per_gate and masks.x.shape == (B, GATES, D) and masks.h.shape == (B, GATES, H)
     assert not torch.equal(masks.h[:, 0], masks.h[:, 1])
-    # The layer only multiplies: Gaussian masks give exactly the reference LSTM with those masks.
+    # The layer only multiplies by what the scheme draws: all-ones per-gate masks leave the plain LSTM, and the
+    # Gaussian draws (real-valued, unlike Bernoulli's two values) perturb it.
     layer = LSTMLayer(D, H, impl="reference")
     x, state = x_input(), (torch.randn(B, H), torch.randn(B, H))
     noise_free = layer(x, state, LayerMasks(x=torch.ones(B, GATES, D), h=torch.ones(B, GATES, H), per_gate=True))[0]
