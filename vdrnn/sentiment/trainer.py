@@ -49,20 +49,25 @@ def evaluate_all(model: SentimentModel, task: TaskData, cfg: SentimentRunConfig)
     test_ece_mc_minus_ws_ci, below zero where MC is the better calibrated beyond chance.
     """
     started = time.perf_counter()
-    metrics: dict[str, Any] = {f"valid_{k}": v for k, v in evaluate_split(model, task.valid, task, cfg, mc=False).items()}
     labels = task.test.targets
+
+    def scored(predictions: torch.Tensor, suffix: str) -> dict[str, Any]:
+        """The test split's metrics of ``predictions``, with the calibration report for classification."""
+        scores = split_metrics(predictions, task.test, task)
+        if task.kind == CLASSIFICATION:
+            scores.update(calibration_report(predictions, labels))
+        return {f"test_{k}{suffix}": v for k, v in scores.items()}
+
+    metrics: dict[str, Any] = {f"valid_{k}": v for k, v in evaluate_split(model, task.valid, task, cfg, mc=False).items()}
     scaled = predict_split(model, task.test, task, cfg, mc=False)
-    metrics.update({f"test_{k}": v for k, v in split_metrics(scaled, task.test, task).items()})
-    if task.kind == CLASSIFICATION:
-        metrics.update({f"test_{k}": v for k, v in calibration_report(scaled, labels).items()})
+    metrics.update(scored(scaled, ""))
     if cfg.eval.mode == "mc":
         mc_started = time.perf_counter()
         averaged = predict_split(model, task.test, task, cfg, mc=True)
         metrics["mc_seconds"] = time.perf_counter() - mc_started
         metrics["mc_samples"] = cfg.eval.samples
-        metrics.update({f"test_{k}_mc": v for k, v in split_metrics(averaged, task.test, task).items()})
+        metrics.update(scored(averaged, "_mc"))
         if task.kind == CLASSIFICATION:
-            metrics.update({f"test_{k}_mc": v for k, v in calibration_report(averaged, labels).items()})
             difference, low, high = ece_difference(averaged, scaled, labels)
             metrics.update({"test_ece_mc_minus_ws": difference, "test_ece_mc_minus_ws_ci": [low, high]})
     metrics["eval_seconds"] = time.perf_counter() - started
