@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -57,6 +58,28 @@ def test_tensorboard_events_read_back_with_hparams_in_the_same_file(ptb_run):
     assert set(hp) == {"_hparams_/experiment", "_hparams_/session_start_info", "_hparams_/session_end_info"}
     assert b"dropout.recurrent" in hp["_hparams_/experiment"] and b"test/ppl_mc" in hp["_hparams_/experiment"]
     assert b"dropout.recurrent" in hp["_hparams_/session_start_info"]
+
+
+def test_learned_alpha_is_trained_logged_and_kept_at_most_one(tmp_path, tiny_corpus):
+    """dropout.learn_alpha: log alpha moves from its start, stays <= 0, and is logged per epoch and in metrics.json."""
+    run_cli("train", *TINY, "dropout=gaussian", "dropout.learn_alpha=true", "dropout.input=0.3",
+            "dropout.recurrent=0.5", "dropout.output=0.3", f"data.root={tiny_corpus}", "hydra.run.dir=run", cwd=tmp_path)
+    run = tmp_path / "run"
+    metrics = json.loads((run / "metrics.json").read_text())
+    noise = metrics["noise"]
+    assert {"alpha_input0", "alpha_recurrent1", "alpha_output", "p_recurrent0", "kl"} <= set(noise)
+    state = torch.load(run / "best.pt", weights_only=True)["model"]
+    log_alpha = {k: v for k, v in state.items() if k.startswith("noise_scales.log_alpha.")}
+    assert len(log_alpha) == 5 and all(v.max() <= 0 for v in log_alpha.values())
+    learned = log_alpha["noise_scales.log_alpha.input0"]
+    assert not torch.allclose(learned, torch.full_like(learned, math.log(0.3 / 0.7)))  # moved from alpha = p / (1 - p)
+    assert noise["alpha_input0"] == pytest.approx(log_alpha["noise_scales.log_alpha.input0"].exp().mean().item())
+    epochs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert all("alpha_output" in record and "kl" in record for record in epochs)
+    acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert {"noise/alpha_input0", "noise/p_output", "noise/kl"} <= set(acc.Tags()["scalars"])
+    assert len(acc.Scalars("noise/kl")) == 2  # one point per epoch
 
 
 def test_eval_command_reproduces_the_weight_scaling_numbers(ptb_run, ptb_dir):

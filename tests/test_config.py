@@ -18,6 +18,7 @@ GROUPS = {g: sorted(p.name[:-5] for p in CONF.joinpath(g).iterdir() if p.name.en
           for g in ("dataset", "model", "cell", "dropout", "eval", "experiment")}
 # Gal & Ghahramani's Table 1 rows; the Gaussian presets share their names' form but are not rows of it.
 GAUSSIAN = [p for p in GROUPS["experiment"] if "_gaussian" in p]
+LEARNED = [p for p in GAUSSIAN if p.endswith("_learned")]  # Kingma's adaptive alpha on a Gaussian preset
 TABLE1 = [p for p in GROUPS["experiment"] if p.startswith(("medium_", "large_")) and p not in GAUSSIAN]
 
 
@@ -118,15 +119,27 @@ def test_presets_carry_paper_numbers_and_a_run_command(preset):
         assert cfg.eval.mode == "mc" and cfg.paper.test_mc is not None
 
 
-@pytest.mark.parametrize("preset", GAUSSIAN)
+@pytest.mark.parametrize("preset", [p for p in GAUSSIAN if p not in LEARNED])
 def test_gaussian_presets_are_gals_variational_presets_with_gaussian_noise(preset):
     """Each lists only what differs from the variational row it is named after: the noise, and no paper numbers."""
-    assert len(GAUSSIAN) == 4
+    assert len(GAUSSIAN) - len(LEARNED) == 4
     gaussian = to_container(composed(f"experiment={preset}"))
     variational = to_container(composed(f"experiment={preset.replace('gaussian', 'variational')}"))
     assert gaussian["dropout"].pop("scheme") == "gaussian" and variational["dropout"].pop("scheme") == "variational"
     assert gaussian.pop("paper") is None and variational.pop("paper")["table"] == 1
     assert gaussian == variational
+    header = CONF.joinpath("experiment", f"{preset}.yaml").read_text()
+    assert f"vdrnn train experiment={preset}" in header and "vdrnn: val" in header
+
+
+@pytest.mark.parametrize("preset", LEARNED)
+def test_learned_alpha_presets_are_their_gaussian_presets_learning_alpha(preset):
+    assert len(LEARNED) == 2
+    learned = to_container(composed(f"experiment={preset}"))
+    fixed = to_container(composed(f"experiment={preset.removesuffix('_learned')}"))
+    assert learned["dropout"].pop("learn_alpha") is True and fixed["dropout"].pop("learn_alpha") is False
+    assert learned == fixed
+    validated(composed(f"experiment={preset}"))
     header = CONF.joinpath("experiment", f"{preset}.yaml").read_text()
     assert f"vdrnn train experiment={preset}" in header and "vdrnn: val" in header
 

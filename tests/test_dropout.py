@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -317,3 +319,101 @@ def test_the_language_models_output_mask_drops_decoder_inputs():
     logits.sum().backward()
     dead = (model.decoder.weight.grad == 0).all(dim=0)
     assert 0 < dead.sum() < H  # about half the units, the same ones at every step
+
+
+# ---------------------------------------------------------------------------- Kingma's learned alpha
+def learned_model(per_gate=False, **p):
+    cfg = DropoutConfig(scheme="gaussian", learn_alpha=True, per_gate=per_gate, **p)
+    config = ModelConfig(num_layers=2, hidden_size=H, embedding_size=D, gates="untied" if per_gate else "tied")
+    return LanguageModel(V, config, make_dropout(cfg))
+
+
+def test_learned_alpha_starts_at_each_sites_p_per_unit_capped_at_one():
+    scales = learned_model(embedding=0.3, input=0.2, hidden=0.4, recurrent=0.5, output=0.65).noise_scales
+    start = {key: value.detach() for key, value in scales.log_alpha.items()}
+    assert set(start) == {"input0", "recurrent0", "input1", "recurrent1", "output"}  # word types: not learned
+    assert start["input0"].shape == (D,) and start["input1"].shape == (H,) and start["output"].shape == (H,)
+    assert torch.allclose(start["input0"], torch.full((D,), math.log(0.2 / 0.8)))
+    assert torch.allclose(start["input1"], torch.full((H,), math.log(0.4 / 0.6)))  # `hidden` for layer 2
+    assert torch.equal(start["recurrent0"], torch.zeros(H))  # p = 0.5: alpha = 1
+    assert torch.equal(start["output"], torch.zeros(H))  # p = 0.65 > 0.5: capped at alpha = 1
+    untied = learned_model(per_gate=True, input=0.2, recurrent=0.3).noise_scales.log_alpha
+    assert set(untied) == {"input0", "recurrent0", "input1", "recurrent1"}  # output p = 0: no noise, no alpha
+    assert untied["input0"].shape == (GATES, D) and untied["recurrent1"].shape == (GATES, H)
+
+
+def test_learned_masks_are_one_plus_sqrt_alpha_noise_per_sample_fixed_over_time():
+    torch.manual_seed(0)
+    model = learned_model(input=0.2, recurrent=0.5)
+    with torch.no_grad():
+        model.noise_scales.log_alpha["input0"][:2] = math.log(0.05)  # two units nearly noise-free
+    x = torch.randn(T, 4000, D)
+    masks = model.dropout.layer_masks(x, H, GATES, 0)
+    assert masks.x.shape == (4000, D) and masks.h.shape == (4000, H) and not masks.per_gate
+    assert masks.x.mean().item() == pytest.approx(1.0, abs=0.02)
+    variance = masks.x.var(0)
+    assert variance[:2].tolist() == pytest.approx([0.05, 0.05], rel=0.1)
+    assert variance[2:].tolist() == pytest.approx([0.25] * (D - 2), rel=0.1)
+    assert masks.h.var(0).mean().item() == pytest.approx(1.0, rel=0.05)
+    untied = learned_model(per_gate=True, input=0.2, recurrent=0.5).dropout.layer_masks(x, H, GATES, 0)
+    assert untied.x.shape == (4000, GATES, D) and untied.h.shape == (4000, GATES, H) and untied.per_gate
+
+
+def test_the_likelihood_and_the_kl_term_both_reach_log_alpha():
+    torch.manual_seed(0)
+    model = learned_model(input=0.2, recurrent=0.2, output=0.2).train()
+    tokens = torch.randint(0, V, (T, B))
+    logits, _ = model(tokens, model.initial_state(B, "cpu"))
+    nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+    grads = torch.autograd.grad(nll, list(model.noise_scales.parameters()))
+    assert all(g.abs().sum() > 0 for g in grads)  # through the masks, reference recurrence included
+    kl_grads = torch.autograd.grad(model.noise_scales.kl(), list(model.noise_scales.parameters()))
+    assert all((g < 0).all() for g in kl_grads)  # the KL falls as alpha grows: it pulls alpha up
+
+
+def test_kl_is_kingmas_fit_weighted_by_the_weights_each_noise_variable_scales():
+    scales = learned_model(input=0.2, recurrent=0.3, output=0.4).noise_scales
+
+    def kl(p):  # -KL(alpha) = 0.5 log alpha + c1 alpha + c2 alpha^2 + c3 alpha^3, taken relative to alpha = 1
+        a = p / (1 - p)
+        neg = 0.5 * math.log(a) + 1.16145124 * a - 1.50204118 * a**2 + 0.58629921 * a**3
+        return (1.16145124 - 1.50204118 + 0.58629921) - neg
+
+    # A unit of a layer's input or h_{t-1} scales a column of its [4H, .] matrix; an output unit a decoder column.
+    expected = D * 4 * H * kl(0.2) + H * 4 * H * kl(0.3) + H * 4 * H * kl(0.2) + H * 4 * H * kl(0.3) + H * V * kl(0.4)
+    assert scales.kl().item() == pytest.approx(expected, rel=1e-5)
+    untied = learned_model(per_gate=True, input=0.2).noise_scales
+    assert untied.kl().item() == pytest.approx(GATES * D * H * kl(0.2) + GATES * H * H * kl(0.2), rel=1e-5)
+    with torch.no_grad():
+        for log_alpha in scales.log_alpha.values():
+            log_alpha.fill_(0.0)
+    assert scales.kl().item() == pytest.approx(0.0, abs=1e-3)  # zero at alpha = 1
+
+
+def test_clamp_keeps_alpha_at_most_one_and_weight_decay_leaves_alpha_alone():
+    from vdrnn.config import TrainerConfig
+    from vdrnn.runner import apply_weight_decay, make_optimizer
+
+    model = learned_model(input=0.2, recurrent=0.3)
+    scales = model.noise_scales
+    with torch.no_grad():
+        scales.log_alpha["input0"].fill_(0.7)
+    scales.clamp_()
+    assert scales.log_alpha["input0"].max().item() == 0.0
+    before = {k: v.detach().clone() for k, v in scales.log_alpha.items()}
+    apply_weight_decay(model, TrainerConfig(weight_decay=0.5, weight_decay_mode="gal"))
+    assert all(torch.equal(before[k], v) for k, v in scales.log_alpha.items())
+    groups = make_optimizer(model, TrainerConfig(optimizer="adam", weight_decay=0.1, weight_decay_mode="l2")).param_groups
+    assert [g["weight_decay"] for g in groups] == [0.1, 0.0]
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in scales.parameters()}
+
+
+def test_learned_alpha_only_for_the_gaussian_scheme_and_kl_weight_only_with_it():
+    with pytest.raises(ConfigError, match="learn_alpha.*dropout=gaussian"):
+        DropoutConfig(scheme="variational", input=0.5, learn_alpha=True)
+    with pytest.raises(ConfigError, match="kl_weight=0.3 does nothing"):
+        DropoutConfig(scheme="gaussian", input=0.5, kl_weight=0.3)
+    with pytest.raises(ConfigError, match="kl_weight=-1"):
+        DropoutConfig(scheme="gaussian", input=0.5, learn_alpha=True, kl_weight=-1)
+    assert learned_model(input=0.2).noise_scales is not None
+    assert LanguageModel(V, ModelConfig(hidden_size=H), scheme("gaussian", input=0.2)).noise_scales is None

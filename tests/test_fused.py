@@ -7,6 +7,7 @@ see triton_setup.py); on a GPU the same tests run the compiled kernels.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -74,7 +75,9 @@ def random_problem(steps: int, batch: int, inputs: int, hidden: int):
 
 
 def run_with_grads(fn, leaves, masks, weights):
-    x, h0, c0, *params = leaves
+    """Outputs, and the gradients of a random projection of them with respect to ``leaves``: the problem's
+    tensors (x, h0, c0, W_ih, W_hh, b_ih, b_hh), then any leaves that ``masks`` were made from."""
+    x, h0, c0, *params = leaves[:7]
     y, (h, c) = fn(x, (h0, c0), tuple(params), masks)
     wy, wh, wc = weights
     loss = (y.float() * wy).sum() + (h * wh).sum() + (c * wc).sum()
@@ -98,6 +101,26 @@ def test_fused_matches_reference(kind, hidden, block_plan):
     errors = {name: rel(o, r) for name, o, r in zip(NAMES, out, ref, strict=True)}
     assert all(e < 1e-3 for e in errors.values()), errors
     assert out[0].dtype == ref[0].dtype and out[1].dtype == torch.float32
+
+
+def with_learned_masks(masks: LayerMasks) -> tuple[LayerMasks, list[torch.Tensor]]:
+    """The masks as leaves that want gradients, as learned Gaussian noise (dropout.learn_alpha) makes them."""
+    x, h = (m.clone().requires_grad_() for m in (masks.x, masks.h))
+    return dataclasses.replace(masks, x=x, h=h), [x, h]
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "gaussian_untied", "tied_batch", "untied_batch"])
+def test_fused_passes_the_masks_gradient(kind, block_plan):
+    """dL/dz_h from the kernels' backward (and dL/dz_x through the input product) equals the reference's."""
+    steps, batch, inputs, hidden = 5, 3, 7, 33
+    leaves = random_problem(steps, batch, inputs, hidden)
+    masks, mask_leaves = with_learned_masks(make_masks(kind, steps, batch, inputs, hidden))
+    weights = [torch.randn(s, device=DEVICE) for s in ((steps, batch, hidden), (batch, hidden), (batch, hidden))]
+    ref = run_with_grads(lstm_reference, leaves + mask_leaves, masks, weights)
+    out = run_with_grads(lstm_fused, leaves + mask_leaves, masks, weights)
+    errors = {name: rel(o, r) for name, o, r in zip(NAMES + ["dz_x", "dz_h"], out, ref, strict=True)}
+    assert all(e < 1e-3 for e in errors.values()), errors
+    assert out[-1].shape == masks.h.shape and out[-1].abs().sum() > 0
 
 
 def untied_inference_error(steps: int, batch: int, inputs: int, hidden: int) -> float:
@@ -170,12 +193,13 @@ class OnesMasks(DropoutScheme):
         return LayerMasks(h=torch.ones(shape, device=x.device), per_gate=self.per_gate)
 
 
-def train_three_steps(model, graphed: bool, amp: str, seed: int):
+def train_three_steps(model, graphed: bool, amp: str, seed: int, kl_scale: float = 0.0):
     vocab, batch, bptt = model.vocab_size, 4, 6
     gen = torch.Generator().manual_seed(7)
     data = torch.randint(0, vocab, (4 * bptt + 1, batch), generator=gen).to(DEVICE)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    step = GraphedTrainStep(model, optimizer, clip=0.25, batch_size=batch, bptt=bptt, weight_decay=1e-4, amp=amp)
+    step = GraphedTrainStep(model, optimizer, clip=0.25, batch_size=batch, bptt=bptt, weight_decay=1e-4, amp=amp,
+                            kl_scale=kl_scale)
     torch.manual_seed(seed)
     state = model.initial_state(batch, DEVICE)
     losses = []
@@ -191,12 +215,12 @@ def train_three_steps(model, graphed: bool, amp: str, seed: int):
     return torch.tensor([[float(a), float(b)] for a, b in losses]), [p.detach().clone() for p in model.parameters()]
 
 
-def compare_graphed_with_eager(dropout, impl="fast", amp="off"):
+def compare_graphed_with_eager(dropout, impl="fast", amp="off", kl_scale=0.0):
     torch.manual_seed(0)
     model = LanguageModel(50, ModelConfig(hidden_size=32, impl=impl, init_range=0.1), dropout).to(DEVICE).train()
     twin = copy.deepcopy(model)
-    eager_losses, eager_weights = train_three_steps(model, graphed=False, amp=amp, seed=123)
-    graph_losses, graph_weights = train_three_steps(twin, graphed=True, amp=amp, seed=123)
+    eager_losses, eager_weights = train_three_steps(model, graphed=False, amp=amp, seed=123, kl_scale=kl_scale)
+    graph_losses, graph_weights = train_three_steps(twin, graphed=True, amp=amp, seed=123, kl_scale=kl_scale)
     assert torch.isfinite(graph_losses).all()
     torch.testing.assert_close(graph_losses, eager_losses, rtol=1e-4, atol=1e-5)
     for a, b in zip(graph_weights, eager_weights, strict=True):
@@ -221,6 +245,14 @@ def test_graphed_step_with_masks_draws_them_in_the_graph(per_gate):
     cfg = DropoutConfig(scheme="variational", embedding=0.2, input=0.5, recurrent=0.3, output=0.5,
                         per_gate=per_gate)
     compare_graphed_with_eager(make_dropout(cfg))
+
+
+@gpu
+@pytest.mark.parametrize("per_gate", [False, True])
+def test_graphed_step_with_learned_noise_matches_eager(per_gate):
+    """dropout.learn_alpha: masks from log alpha, the KL term and the alpha <= 1 projection, all inside the graph."""
+    cfg = DropoutConfig(scheme="gaussian", learn_alpha=True, input=0.5, recurrent=0.3, output=0.2, per_gate=per_gate)
+    compare_graphed_with_eager(make_dropout(cfg), kl_scale=1e-3)
 
 
 @gpu

@@ -6,6 +6,8 @@ see triton_setup.py); on a GPU the same tests run the compiled kernels.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from triton_setup import CUDA, DEVICE, exact_fp32, gpu, rel  # noqa: F401 (exact_fp32: autouse fixture)
@@ -54,7 +56,9 @@ def random_problem(steps: int, batch: int, inputs: int, hidden: int):
 
 
 def run_with_grads(fn, leaves, masks, weights):
-    x, h0, *params = leaves
+    """Outputs, and the gradients of a random projection of them with respect to ``leaves``: the problem's
+    tensors (x, h0, W_ih, W_hh, b_ih, b_hh), then any leaves that ``masks`` were made from."""
+    x, h0, *params = leaves[:6]
     y, h = fn(x, h0, tuple(params), masks)
     wy, wh = weights
     loss = (y.float() * wy).sum() + (h * wh).sum()
@@ -85,6 +89,23 @@ def compare(steps, batch, inputs, hidden, kind, tol=1e-5):
 def test_fused_gru_matches_reference(kind):
     torch.manual_seed(0)
     compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind)
+
+
+@pytest.mark.parametrize("kind", ["tied", "gaussian_untied", "tied_batch"])
+def test_fused_gru_passes_the_masks_gradient(kind, block_plan):
+    """Learned Gaussian noise (dropout.learn_alpha) makes the masks leaves: dL/dz_h from the kernels' backward."""
+    torch.manual_seed(3)
+    steps, batch, inputs, hidden = 4, 3, 5, 37
+    leaves = random_problem(steps, batch, inputs, hidden)
+    masks = make_masks(kind, steps, batch, inputs, hidden)
+    x_mask, h_mask = (m.clone().requires_grad_() for m in (masks.x, masks.h))
+    masks = dataclasses.replace(masks, x=x_mask, h=h_mask)
+    weights = loss_weights(steps, batch, hidden)
+    ref = run_with_grads(gru_reference, leaves + [x_mask, h_mask], masks, weights)
+    out = run_with_grads(gru_fused, leaves + [x_mask, h_mask], masks, weights)
+    errors = {name: rel(o, r) for name, o, r in zip(NAMES + ["dz_x", "dz_h"], out, ref, strict=True)}
+    assert all(e < 1e-5 for e in errors.values()), errors
+    assert out[-1].shape == h_mask.shape and out[-1].abs().sum() > 0
 
 
 @pytest.mark.parametrize("batch,hidden", [(1, 37), (3, 37)])

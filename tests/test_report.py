@@ -115,3 +115,12 @@ def test_dropout_options_the_dropout_column_does_not_show_are_overrides(tmp_path
     [row] = ptb_rows(tmp_path)
     assert row["dropout"] == "c 0.6"  # the probability shows here, so not again among the overrides
     assert row["overrides"] == "dropout.cell_scale=c, dropout.locked_mask=batch"
+
+
+@pytest.mark.parametrize("gates, learn_alpha, name", [
+    ("tied", False, "gaussian"), ("untied", False, "gaussian (untied)"), ("tied", True, "gaussian (learned alpha)"),
+    ("untied", True, "gaussian (untied, learned alpha)"),
+])
+def test_an_ad_hoc_runs_name_says_untied_gates_and_learned_noise(gates, learn_alpha, name):
+    config = {"dropout": {"scheme": "gaussian", "learn_alpha": learn_alpha}, "cell": {"gates": gates}}
+    assert report.scheme_name(config) == name and name in report.SCHEME_ORDER

@@ -23,8 +23,9 @@ def history(run):
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("variant", [[], ["trainer.ema=0.9"], ["dropout.scheme=gaussian"]],
-                         ids=["weights", "ema", "gaussian-noise"])
+@pytest.mark.parametrize("variant", [[], ["trainer.ema=0.9"], ["dropout.scheme=gaussian"],
+                                     ["dropout.scheme=gaussian", "dropout.learn_alpha=true"]],
+                         ids=["weights", "ema", "gaussian-noise", "learned-alpha"])
 def test_resumed_run_equals_uninterrupted_run(tmp_path, tiny_corpus, variant):
     common = [*TINY, *VARIATIONAL, *variant, f"data.root={tiny_corpus}"]
     run_cli("train", *common, "trainer.epochs=3", "hydra.run.dir=straight", cwd=tmp_path)

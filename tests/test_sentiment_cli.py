@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -115,6 +116,19 @@ def test_scale_regression_run_reports_rmse_both_ways(tmp_path, scale_dir):
     # Ratings are in [0, 1] with std ~0.2: any sane model's RMSE is well below 1.
     assert 0 < metrics["test_rmse"] < 1 and 0 < metrics["test_rmse_mc"] < 1 and "best_valid_rmse" in metrics
     assert metrics["config"]["data"]["name"] == "scale" and metrics["mc_samples"] == 3
+
+
+def test_gru_with_learned_gaussian_noise_trains_its_alpha(tmp_path, imdb_dir):
+    """dropout.learn_alpha on the sentiment model (per-gate GRU masks): log alpha [3, D] per site, trained, <= 0."""
+    run_cli("train", "experiment=imdb_gru_variational", "dropout=gaussian_untied", "dropout.learn_alpha=true",
+            "dropout.recurrent=0.3", *SMALL, "trainer.epochs=1", "eval=scale", f"data.root={imdb_dir}",
+            "hydra.run.dir=run", cwd=tmp_path)
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert 0 < metrics["noise"]["alpha_recurrent0"] <= 1 and metrics["noise"]["kl"] > 0
+    state = torch.load(tmp_path / "run" / "best.pt", weights_only=True)["model"]
+    recurrent = state["noise_scales.log_alpha.recurrent0"]
+    assert recurrent.shape == (3, 16) and recurrent.max() <= 0
+    assert not torch.allclose(recurrent, torch.full_like(recurrent, math.log(0.3 / 0.7)))  # trained from alpha = p / (1 - p)
 
 
 @pytest.mark.parametrize("dataset,selector", [("imdb", "nll"), ("scale", "rmse")])

@@ -20,6 +20,9 @@ and how often they are drawn:
 | ``variational`` untied | same, with a separate mask for every gate | B x 4 x D      | once per sample per minibatch  |
 | ``gaussian`` (Kingma)  | as ``variational``; entries N(1, p/(1-p)) | as variational | once per sample per minibatch  |
 
+With ``dropout.learn_alpha`` the Gaussian scheme learns each masked unit's variance alpha (Kingma's adaptive
+variational dropout, :class:`NoiseScales`); the masks keep their shapes and draws.
+
 "Per minibatch" means per truncated-BPTT segment: masks are redrawn for every 35-step minibatch
 while the hidden state is carried over from the previous one (Gal's ``main_new_dropout_SOTA_v3.lua``).
 MC dropout evaluation (``eval=mc``) uses the training scheme's masks, recurrent ones included, but by
@@ -39,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 from vdrnn.errors import ConfigError
 
@@ -62,6 +66,8 @@ class DropoutConfig:
     gate its own masks (Gal's untied-weights variant, eq. 5); only the variational and Gaussian schemes have
     per-gate masks, for the others tied and untied cells are identical.
     ``cell_scale`` says where Moon's 1/(1-p) goes (see :class:`MoonDropout`).
+    ``learn_alpha`` (Gaussian scheme only) learns the noise variance of the layer-input, recurrent and output
+    masks, unit by unit, with Kingma's KL term weighted by ``kl_weight`` (see :class:`NoiseScales`).
     """
 
     scheme: str = "none"
@@ -76,6 +82,8 @@ class DropoutConfig:
     locked_mask: str = "sample"
     cell_scale: str = "h"
     per_gate: bool = False
+    learn_alpha: bool = False
+    kl_weight: float = 1.0
 
     # Sites each scheme drives; a non-zero probability anywhere else is a configuration error,
     # because it would silently do nothing (or silently turn one scheme into another).
@@ -117,6 +125,14 @@ class DropoutConfig:
         if self.cell_scale != "h" and self.scheme != "moon":
             raise ConfigError(f"dropout.cell_scale={self.cell_scale} only applies to `dropout=moon` (it places "
                               f"Moon's 1/(1-p)); drop the override or pick the Moon scheme")
+        if self.learn_alpha and self.scheme != "gaussian":
+            raise ConfigError(f"dropout.learn_alpha=true learns the variance of Gaussian masks; scheme {self.scheme!r} "
+                              f"has none. Use `dropout=gaussian` (or `gaussian_untied`) or drop the override")
+        if not (isinstance(self.kl_weight, (int, float)) and self.kl_weight >= 0):
+            raise ConfigError(f"dropout.kl_weight={self.kl_weight!r} must be a number >= 0 (1 is Kingma's ELBO)")
+        if self.kl_weight != 1.0 and not self.learn_alpha:
+            raise ConfigError(f"dropout.kl_weight={self.kl_weight} does nothing without dropout.learn_alpha=true "
+                              f"(with alpha fixed the KL term is a constant); drop it or learn alpha")
         for site in self.SITES:
             p = getattr(self, site)
             if site == "hidden" and p is None:  # unset: layers 2..L use dropout.input
@@ -218,6 +234,11 @@ class DropoutScheme:
 
     def output_mask(self, y: torch.Tensor) -> torch.Tensor | None:
         """Mask for the last layer's output ``y`` [T, B, H], broadcastable to it, or None."""
+        return None
+
+    def noise_scales(self, layers: list[tuple[int, int, int]], outputs: int) -> NoiseScales | None:
+        """The scheme's learned parameters for a model whose layers are (input size, hidden size, gates) and whose
+        head has ``outputs`` rows, or None: only Kingma's adaptive Gaussian dropout learns any."""
         return None
 
 
@@ -353,13 +374,127 @@ class GaussianDropout(VariationalDropout):
     variational reading of Gaussian dropout on a layer's inputs), a Gaussian posterior q(W) whose mean W is
     what training learns. Tying the draws over time, as Gal does, makes the
     noise one sample of the weights per sequence, the same W at every step. Under Kingma's log-uniform prior,
-    -KL(q || p) = const + 0.5 log alpha + c1 alpha + c2 alpha^2 + c3 alpha^3 depends on alpha alone
-    (c1 = 1.16145124, c2 = -1.50204118, c3 = 0.58629921), so with alpha fixed by ``dropout.*`` the KL term is a
-    constant and the objective is the plain likelihood under the noise. Learning alpha (Kingma's adaptive
-    variant, alpha <= 1) is not implemented.
+    -KL(q || p) = const + 0.5 log alpha + c1 alpha + c2 alpha^2 + c3 alpha^3 depends on alpha alone, so with
+    alpha fixed by ``dropout.*`` the KL term is a constant and the objective is the plain likelihood under the
+    noise. ``dropout.learn_alpha=true`` learns alpha instead (Kingma's adaptive variant): see
+    :class:`NoiseScales` for its parameters, masks and objective.
     """
 
     noise: Noise = staticmethod(gaussian_mask)
+    scales: NoiseScales | None = None  # set by noise_scales() when alpha is learned
+
+    def noise_scales(self, layers, outputs):
+        if self.config.learn_alpha:
+            self.scales = NoiseScales(self.config, layers, outputs)
+        return self.scales
+
+    def _rows(self, batch: int) -> int:
+        return batch if self.config.locked_mask == "sample" else 1
+
+    def layer_masks(self, x, hidden_size, gates, layer=0):
+        if self.scales is None:
+            return super().layer_masks(x, hidden_size, gates, layer)
+        rows = self._rows(x.shape[1])
+        x_mask = self.scales.mask(f"input{layer}", rows, x)
+        h_mask = self.scales.mask(f"recurrent{layer}", rows, x)
+        per_gate = self.config.per_gate and (x_mask is not None or h_mask is not None)
+        return LayerMasks(x=x_mask, h=h_mask, per_gate=per_gate)
+
+    def output_mask(self, y):
+        if self.scales is None:
+            return super().output_mask(y)
+        mask = self.scales.mask("output", self._rows(y.shape[1]), y)
+        return None if mask is None else mask.unsqueeze(0)
+
+
+# Kingma et al.'s polynomial fit of -KL(N(w, alpha w^2) || log-uniform prior) for one weight, valid for alpha <= 1.
+KL_C1, KL_C2, KL_C3 = 1.16145124, -1.50204118, 0.58629921
+MAX_LOG_ALPHA = 0.0  # alpha <= 1 (p <= 0.5), Kingma's constraint
+
+
+def kl_per_weight(alpha: torch.Tensor) -> torch.Tensor:
+    """KL(q || prior) of one weight with noise variance ``alpha``, less its value at alpha = 1 (so >= 0 on (0, 1]).
+
+    -KL ~= const + 0.5 log alpha + c1 alpha + c2 alpha^2 + c3 alpha^3; the constant is unknown and, being
+    constant, irrelevant to training. Shifting it to KL(1) = 0 makes the logged ``kl`` read "nats above the
+    noisiest allowed posterior".
+    """
+    neg_kl = 0.5 * alpha.log() + KL_C1 * alpha + KL_C2 * alpha**2 + KL_C3 * alpha**3
+    return (KL_C1 + KL_C2 + KL_C3) - neg_kl
+
+
+class NoiseScales(nn.Module):
+    """Kingma, Salimans & Welling (2015), adaptive variational dropout: the Gaussian masks' variance, learned.
+
+    Parameters: log alpha, one per unit of each masked tensor, under the keys ``input{l}`` and ``recurrent{l}``
+    (layer l's input x_t and h_{t-1}; shape [D], or [G, D] with per-gate masks: one alpha per gate and unit) and
+    ``output`` (the last layer's output, [H]). Each starts at log(p / (1 - p)) of its site's ``dropout.*`` and
+    is kept <= 0 (alpha <= 1, p <= 0.5, Kingma's constraint: larger alpha makes the gradients' variance blow up
+    and leaves the KL fit's range) by :meth:`clamp_` after every update; so large p start at alpha = 1. A site
+    with p = 0 has no noise and learns none; word-type masks keep the fixed alpha of ``dropout.embedding``.
+
+    Masks: xi = 1 + sqrt(alpha) * eps, eps ~ N(0, 1), with the shapes and draws of :class:`GaussianDropout`
+    (per sample, or per batch with ``locked_mask=batch``; fixed over the sequence). Being a differentiable
+    function of log alpha (the reparameterization trick), the mask passes the likelihood's gradient to it.
+
+    Objective (the negative ELBO per training example): E_q[NLL] + kl_weight * KL / N, N the number of examples
+    the training loss averages over (PTB tokens, sentiment reviews), and KL = sum over sites of
+    fan-out * sum over units of :func:`kl_per_weight`. The fan-out is how many weights one noise variable
+    scales: a unit of layer l's input (or h_{t-1}) multiplies a column of W_ih (W_hh), G*H weights, or H
+    per gate with per-gate masks; a unit of the output multiplies a column of the decoder. The KL pulls alpha
+    up (towards 1), the likelihood down; ``kl_weight`` < 1 is Kingma's down-weighted variant ("A2", 1/3).
+    """
+
+    def __init__(self, config: DropoutConfig, layers: list[tuple[int, int, int]], outputs: int):
+        super().__init__()
+        self.log_alpha = nn.ParameterDict()
+        self.fan_out: dict[str, int] = {}
+        for index, (inputs, hidden, gates) in enumerate(layers):
+            fan_out = hidden if config.per_gate else gates * hidden
+            for site, p, size in (("input", config.input_p(index), inputs), ("recurrent", config.recurrent, hidden)):
+                self._add(f"{site}{index}", p, (gates, size) if config.per_gate else (size,), fan_out)
+        self._add("output", config.output, (layers[-1][1],), outputs)
+
+    def _add(self, key: str, p: float, shape: tuple[int, ...], fan_out: int) -> None:
+        if p > 0:
+            start = min(math.log(p / (1.0 - p)), MAX_LOG_ALPHA)
+            self.log_alpha[key] = nn.Parameter(torch.full(shape, start))
+            self.fan_out[key] = fan_out
+
+    def mask(self, key: str, rows: int, like: torch.Tensor) -> torch.Tensor | None:
+        """[rows, *shape] of ``key``: 1 + sqrt(alpha) * eps, on ``like``'s device, or None if the site has no noise."""
+        if key not in self.log_alpha:
+            return None
+        log_alpha = self.log_alpha[key]
+        eps = torch.randn((rows, *log_alpha.shape), device=like.device, dtype=torch.float32)
+        return 1.0 + (0.5 * log_alpha).exp() * eps
+
+    def kl(self) -> torch.Tensor:
+        """The KL term summed over every learned noise variable, weighted by its fan-out (nats)."""
+        return sum(self.fan_out[key] * kl_per_weight(log_alpha.exp()).sum() for key, log_alpha in self.log_alpha.items())
+
+    @torch.no_grad()
+    def clamp_(self) -> None:
+        """Project back onto alpha <= 1 (after each optimizer step)."""
+        for log_alpha in self.log_alpha.values():
+            log_alpha.clamp_(max=MAX_LOG_ALPHA)
+
+    @torch.no_grad()
+    def summary(self) -> dict[str, float]:
+        """Each site's mean alpha and its equivalent dropout probability p = alpha / (1 + alpha), and the KL."""
+        out = {}
+        for key, log_alpha in self.log_alpha.items():
+            alpha = log_alpha.exp()
+            out[f"alpha_{key}"] = alpha.mean().item()
+            out[f"p_{key}"] = (alpha / (1 + alpha)).mean().item()
+        return {**out, "kl": float(self.kl())}
+
+
+def weights_of(model: nn.Module) -> list[nn.Parameter]:
+    """The model's parameters less its learned noise scales: log alpha is no weight, and decays to nothing."""
+    scales = getattr(model, "noise_scales", None)
+    skip = set() if scales is None else {id(p) for p in scales.parameters()}
+    return [p for p in model.parameters() if id(p) not in skip]
 
 
 class AWDDropout(VariationalDropout):

@@ -477,6 +477,27 @@ def _masked_h0(h0: torch.Tensor, zh: torch.Tensor | None, per_gate: bool) -> tor
     return (h0 * zh).unsqueeze(0)
 
 
+def recurrent_mask_grad(d_products: torch.Tensor, w: torch.Tensor, h_prev: torch.Tensor, zh: torch.Tensor,
+                        per_gate: bool) -> torch.Tensor:
+    """dL/dz_h, for a recurrent mask that is itself learned (Kingma's adaptive Gaussian dropout).
+
+    Every step's recurrent product is a_t = (h_{t-1} * z_h) W^T, so dL/dz_h = sum_t h_{t-1} * (dL/da_t W), gate by
+    gate with per-gate masks. ``d_products`` [T, B, G*H] holds dL/da_t, ``w`` is W_hh [G*H, H], ``h_prev``
+    [T, B, H] is h_0 .. h_{T-1}; the result has z_h's shape ([B, H], [B, G, H], or one row shared by the batch).
+    """
+    steps, batch, _ = d_products.shape
+    hidden = w.shape[1]
+    if per_gate:
+        gates = w.shape[0] // hidden
+        d_operand = torch.einsum("tbgk,gkj->tbgj", d_products.reshape(steps, batch, gates, hidden),
+                                 w.reshape(gates, hidden, hidden))
+        grad = (d_operand.float() * h_prev.float().unsqueeze(2)).sum(0)
+    else:
+        d_operand = (d_products.reshape(steps * batch, -1) @ w).view(steps, batch, hidden)
+        grad = (d_operand.float() * h_prev.float()).sum(0)
+    return grad.sum(0, keepdim=True) if zh.shape[0] == 1 else grad
+
+
 def _forward(x_proj, h0, c0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     """Run the T forward steps. Returns y [T,B,H] (x_proj dtype), h_T [B,H] and cs [T+1,B,H] fp32, acts or None,
     and hz [T+1, NZ, B, H]: each step's product operand, h_t masked (NZ = 4 copies for untied masks) in W's dtype."""
@@ -520,7 +541,7 @@ def _op_dtype(device: torch.device) -> torch.dtype:
 
 
 class _FusedLSTM(torch.autograd.Function):
-    """Differentiable in x_proj, h0, c0, w_hh, b_hh; the masks are constants of the minibatch."""
+    """Differentiable in x_proj, h0, c0, w_hh, b_hh, and in the recurrent mask z_h where that is learned."""
 
     @staticmethod
     def forward(ctx, x_proj, h0, c0, w_hh, b_hh, zh, zc, c_scale, op_dtype):
@@ -528,7 +549,7 @@ class _FusedLSTM(torch.autograd.Function):
         w_op = _pack_weight(w_hh, op_dtype, plan)
         margs = _mask_args(zh, zc, c_scale, _dummy(x_proj))
         y, h_last, cs, acts, hz = _forward(x_proj, h0, c0, w_op, b_hh, margs, plan, save_acts=True)
-        ctx.save_for_backward(w_op, hz, cs, acts, margs[0], margs[5])
+        ctx.save_for_backward(w_op, hz, cs, acts, margs[0], margs[5], h0, y)
         ctx.margs = margs[1:5] + margs[6:]
         ctx.plan = plan
         ctx.dtypes = (x_proj.dtype, h0.dtype, c0.dtype, w_hh.dtype, b_hh.dtype)
@@ -545,7 +566,7 @@ class _FusedLSTM(torch.autograd.Function):
     @staticmethod
     def _backward(ctx, dy, dh_t, dc_t):
         _, bwd = _build_kernels()
-        w_op, hz, cs, acts, zh, zc = ctx.saved_tensors
+        w_op, hz, cs, acts, zh, zc, h0, y = ctx.saved_tensors
         szb, szg, has_zh, per_gate, has_zc, c_scale = ctx.margs
         plan = ctx.plan
         xp_dtype, h0_dtype, c0_dtype, w_dtype, b_dtype = ctx.dtypes
@@ -586,8 +607,12 @@ class _FusedLSTM(torch.autograd.Function):
                 dh0 = dh0 * zh
         d_xproj = dgates.to(xp_dtype)
         db = dgates.sum((0, 1)).to(b_dtype)
+        dzh = None
+        if ctx.needs_input_grad[5]:
+            h_prev = torch.cat((h0.unsqueeze(0).to(y.dtype), y[:-1]))
+            dzh = recurrent_mask_grad(dg_op, w, h_prev, zh, per_gate)
         return (d_xproj, dh0.to(h0_dtype), dc.to(c0_dtype), dw.reshape(GATES * hidden, hidden).to(w_dtype), db,
-                None, None, None, None)
+                dzh, None, None, None)
 
 
 def lstm_fused(

@@ -45,6 +45,7 @@ from vdrnn.fused import (
     _plan_for,
     _precision,
     kernels_or_fallback,
+    recurrent_mask_grad,
 )
 from vdrnn.recurrent import GRU_GATES, gru_reference, masked_linear
 
@@ -277,7 +278,7 @@ def _gru_mask_args(zh: torch.Tensor | None, like: torch.Tensor):
 
 
 class _FusedGRU(torch.autograd.Function):
-    """Differentiable in x_proj, h0, w_hh, b_hh; the mask is a constant of the minibatch."""
+    """Differentiable in x_proj, h0, w_hh, b_hh, and in the recurrent mask z_h where that is learned."""
 
     @staticmethod
     def forward(ctx, x_proj, h0, w_hh, b_hh, zh, op_dtype):
@@ -347,7 +348,8 @@ class _FusedGRU(torch.autograd.Function):
         # x_proj's n part is not scaled by r: its gradient is dn_pre, not da_n.
         d_xproj = torch.cat((dg[..., :2 * hidden], dg[..., three_h:]), dim=-1).to(xp_dtype)
         db = dg[..., :three_h].sum((0, 1)).to(b_dtype)
-        return d_xproj, dh0.to(h0_dtype), dw.reshape(three_h, hidden).to(w_dtype), db, None, None
+        dzh = recurrent_mask_grad(da, w, hs[:steps], zh, per_gate) if ctx.needs_input_grad[4] else None
+        return d_xproj, dh0.to(h0_dtype), dw.reshape(three_h, hidden).to(w_dtype), db, dzh, None
 
 
 def gru_fused(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...],

@@ -5,7 +5,8 @@ the fused recurrence alone). Launched one by one from Python, the GPU waits on t
 them; a CUDA graph records the step once and replays it with one call, so the GPU runs the kernels
 back to back. The step is: forward (dropout masks drawn on the device, inside the graph, so every
 replay draws new ones), cross-entropy, backward, gradient-norm clipping, the SGD update and Gal's
-weight decay ``w <- w * (1 - wd)``. Nothing in it reads a value back to the host.
+weight decay ``w <- w * (1 - wd)`` (and, with learned dropout variances, their KL term and
+alpha <= 1 projection). Nothing in it reads a value back to the host.
 
 Usage (inputs are copied into the graph's own buffers; the outputs are the graph's buffers too,
 overwritten by the next call, so copy anything you want to keep past it):
@@ -27,13 +28,14 @@ import copy
 import torch
 import torch.nn.functional as F
 
+from vdrnn.dropout import weights_of
 from vdrnn.model import LanguageModel, State
 
 
 class GraphedTrainStep:
     def __init__(self, model: LanguageModel, optimizer: torch.optim.Optimizer, clip: float | None,
                  batch_size: int, bptt: int, weight_decay: float = 0.0, amp: str = "off", warmup: int = 3,
-                 sum_over_time: bool = False):
+                 sum_over_time: bool = False, kl_scale: float = 0.0):
         if amp not in ("off", "bf16"):
             raise ValueError(f"amp={amp!r}: a graphed step supports 'off' and 'bf16' (fp16 needs a GradScaler)")
         if type(optimizer) is not torch.optim.SGD:  # Adam/ASGD built without capturable=True raise under capture
@@ -43,8 +45,10 @@ class GraphedTrainStep:
         self.weight_decay = weight_decay
         self.amp = amp
         self.sum_over_time = sum_over_time  # the objective is the NLL summed over steps (Zaremba, Gal)
+        self.kl_scale = kl_scale  # learned dropout variances: their KL term's weight per token
         self.warmup = warmup
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.weights = [p for p in weights_of(model) if p.requires_grad]  # what weight decay shrinks
         device = self.params[0].device
         if device.type != "cuda":
             raise ValueError("GraphedTrainStep needs the model on a CUDA device")
@@ -66,12 +70,16 @@ class GraphedTrainStep:
         with self._autocast():
             logits, new_state = self.model(tokens, state)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-        (loss * tokens.shape[0] if self.sum_over_time else loss).backward()
+        noise = self.model.noise_scales
+        objective = loss if noise is None else loss + self.kl_scale * noise.kl()
+        (objective * tokens.shape[0] if self.sum_over_time else objective).backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.clip)
         self.optimizer.step()
         if self.weight_decay > 0:
             with torch.no_grad():
-                torch._foreach_mul_(self.params, 1.0 - self.weight_decay)  # p.mul_(1 - wd), one launch
+                torch._foreach_mul_(self.weights, 1.0 - self.weight_decay)  # p.mul_(1 - wd), one launch
+        if noise is not None:
+            noise.clamp_()
         return loss.detach(), grad_norm, [(h.detach(), c.detach()) for h, c in new_state]
 
     def eager_step(self, tokens: torch.Tensor, targets: torch.Tensor, state: State):

@@ -105,6 +105,11 @@ def keras_init_(rnn: nn.RNNBase) -> None:
             rnn.bias_ih_l0[rnn.hidden_size:2 * rnn.hidden_size] = 1.0
 
 
+def layer_shapes(layers: nn.ModuleList) -> list[tuple[int, int, int]]:
+    """(input size, hidden size, gates) of each recurrent layer: what a dropout scheme sizes its masks by."""
+    return [(layer.input_size, layer.hidden_size, layer.gates) for layer in layers]
+
+
 class LanguageModel(nn.Module):
     def __init__(self, vocab_size: int, config: ModelConfig, dropout: DropoutScheme):
         super().__init__()
@@ -118,6 +123,9 @@ class LanguageModel(nn.Module):
         initialize(self, config, self.embedding, self.decoder)
         if config.tie_weights:
             self.decoder.weight = self.embedding.weight  # one parameter, after init
+        # Learned dropout variances (dropout.learn_alpha), made after initialize, whose uniform init would
+        # overwrite their starting values; None for every other scheme.
+        self.noise_scales = dropout.noise_scales(layer_shapes(self.layers), vocab_size)
         self._frozen: dict | None = None  # see frozen_masks
 
     @contextmanager

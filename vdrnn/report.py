@@ -76,10 +76,12 @@ def dropout_label(dropout: dict[str, Any]) -> str:
 
 
 def scheme_name(config: dict[str, Any]) -> str:
-    """An ad-hoc run's name: its dropout scheme, e.g. ``variational (untied)``."""
-    scheme = config.get("dropout", {}).get("scheme", "?")
+    """An ad-hoc run's name: its dropout scheme, e.g. ``variational (untied)``, ``gaussian (learned alpha)``."""
+    dropout = config.get("dropout", {})
+    scheme = dropout.get("scheme", "?")
     untied = config.get("cell", {}).get("gates") == "untied" and scheme in ("variational", "gaussian")
-    return scheme + (" (untied)" if untied else "")
+    notes = [note for note, on in (("untied", untied), ("learned alpha", dropout.get("learn_alpha"))) if on]
+    return scheme + (f" ({', '.join(notes)})" if notes else "")
 
 
 def row_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
@@ -353,7 +355,7 @@ def plot(rows: list[Row], path: Path) -> None:
 # ----------------------------------------------------------------------------- sentiment runs
 CELL_ORDER = ["lstm", "gru", "rnn"]
 SCHEME_ORDER = ["none", "zaremba", "moon", "moon_emb", "variational", "variational (untied)", "gaussian",
-                "gaussian (untied)"]
+                "gaussian (untied)", "gaussian (learned alpha)", "gaussian (untied, learned alpha)"]
 # Per dataset: (metric, column title, digits, x100), the per-epoch error curve and its axis label.
 SENTIMENT_METRICS = {
     "imdb": [("accuracy", "accuracy (%)", 2, True), ("nll", "NLL", 4, False), ("ece", "ECE", 4, False),

@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from vdrnn import checkpoint
 from vdrnn.config import TrainerConfig, key_among
+from vdrnn.dropout import weights_of
 from vdrnn.errors import CheckpointError, ConfigError, TrainingDiverged
 from vdrnn.tracking import RunLogger, flatten, read_jsonl, write_atomically
 
@@ -50,18 +51,22 @@ def make_optimizer(model: torch.nn.Module, trainer: TrainerConfig, averaging: bo
     """SGD, Adam, averaged SGD (asgd), or (ntasgd) SGD until ``averaging`` is asked for; weight_decay_mode=l2
     puts the decay in the optimizer."""
     l2 = trainer.weight_decay if trainer.weight_decay_mode == "l2" else 0.0
+    params = model.parameters()
+    noise = getattr(model, "noise_scales", None)
+    if l2 > 0 and noise is not None:  # log alpha is no weight: no decay on it
+        params = [{"params": weights_of(model)}, {"params": list(noise.parameters()), "weight_decay": 0.0}]
     if trainer.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=trainer.lr, weight_decay=l2)
+        return torch.optim.Adam(params, lr=trainer.lr, weight_decay=l2)
     if averaging or trainer.optimizer == "asgd":  # Merity et al.'s ASGD: averages from its start (t0=0), lambd=0
-        return torch.optim.ASGD(model.parameters(), lr=trainer.lr, t0=0, lambd=0.0, weight_decay=l2)
-    return torch.optim.SGD(model.parameters(), lr=trainer.lr, weight_decay=l2)
+        return torch.optim.ASGD(params, lr=trainer.lr, t0=0, lambd=0.0, weight_decay=l2)
+    return torch.optim.SGD(params, lr=trainer.lr, weight_decay=l2)
 
 
 def apply_weight_decay(model: torch.nn.Module, trainer: TrainerConfig) -> None:
     """Gal's decay: w <- w - lambda * w after the optimizer step, independent of the learning rate."""
     if trainer.weight_decay > 0 and trainer.weight_decay_mode == "gal":
         with torch.no_grad():
-            torch._foreach_mul_(list(model.parameters()), 1.0 - trainer.weight_decay)
+            torch._foreach_mul_(weights_of(model), 1.0 - trainer.weight_decay)
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
@@ -263,7 +268,20 @@ class EpochTrainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         apply_weight_decay(self.model, self.cfg.trainer)
+        if self.model.noise_scales is not None:
+            self.model.noise_scales.clamp_()
         return grad_norm
+
+    def kl_term(self) -> torch.Tensor | None:
+        """Kingma's KL per training example, times ``dropout.kl_weight``, to add to the mean training loss; None
+        unless the dropout variances are learned (``dropout.learn_alpha``). Needs ``self.train_examples``."""
+        if self.model.noise_scales is None:
+            return None
+        return self.model.noise_scales.kl() * self.kl_scale
+
+    @property
+    def kl_scale(self) -> float:
+        return self.cfg.dropout.kl_weight / self.train_examples
 
     def train_loop(self, batches, step, lr: float, logger: RunLogger, bar: tqdm) -> dict[str, float]:
         """Run ``step(batch) -> (mean loss tensor, grad norm, weight, words)`` over an epoch's batches.
@@ -448,10 +466,12 @@ class EpochTrainer:
         # validate() may add the test metrics of this epoch's weights (test_*): a curve, not a result.
         curve = {k.removeprefix("test_"): v for k, v in valid.items() if k.startswith("test_")}
         valid = {k: v for k, v in valid.items() if not k.startswith("test_")}
+        noise = self.model.noise_scales.summary() if self.model.noise_scales is not None else {}
         record = {"epoch": epoch, "step": self.step, "lr": lr, **{f"valid_{k}": v for k, v in valid.items()},
-                  **{f"test_{k}": v for k, v in curve.items()}, **stats}
+                  **{f"test_{k}": v for k, v in curve.items()}, **stats, **noise}
         logger.scalars({**{f"valid/{k}": v for k, v in valid.items()},
                         **{f"test_per_epoch/{k}": v for k, v in curve.items()},
+                        **{f"noise/{k}": v for k, v in noise.items()},
                         f"best/valid_{self.selector}": self.best_valid}, self.step)
         logger.epoch(record)
         log.info("epoch %d/%d  lr %.4g  %s  %s words/s  %.0fs%s", epoch, cfg.trainer.epochs, lr, self.summary(record),
@@ -473,6 +493,8 @@ class EpochTrainer:
                 f"the last weights instead would report the wrong model. Put that run's best.pt there (or pass "
                 f"checkpoint=<its best.pt> to `vdrnn eval`)")
         metrics = self.final_metrics()
+        if self.model.noise_scales is not None:  # the tested model's learned dropout variances
+            metrics["noise"] = self.model.noise_scales.summary()
         history = self.run_dir / "metrics.jsonl"
         records = read_jsonl(history) if history.exists() else []
         metrics.update({

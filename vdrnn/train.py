@@ -58,6 +58,7 @@ class LanguageModelTrainer(EpochTrainer):
         self.corpus = load_corpus(self.cfg)
         self.vocab = self.corpus.vocab
         self.train_data = ptb.batchify(self.corpus.train, self.cfg.data.batch_size).to(self.device)
+        self.train_examples = len(self.corpus.train)  # the tokens a learned-noise KL term is spread over
         self.averaging = self.cfg.trainer.optimizer == "asgd"  # averaged SGD (from the start, or after ntasgd's switch)
         self.valid_history: list[float] = []  # every epoch's validation perplexity (NT-ASGD's trigger)
         self.stopped = False  # trainer.stop_nonmono fired
@@ -101,9 +102,11 @@ class LanguageModelTrainer(EpochTrainer):
         with autocast(self.device, cfg.trainer.amp):
             logits, state, (raw, dropped) = self.model(inputs, state, return_outputs=True)
         nll = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        kl = self.kl_term()
+        loss = nll if kl is None else nll + kl  # per token
         # Zaremba's and Gal's code sum the batch-mean NLL over the BPTT steps: their lr 1 and clip 5 are
         # for that objective, 35 times the per-token mean (AWD's lr 30 is for the mean).
-        loss = nll * inputs.shape[0] if cfg.trainer.loss == "sum_over_time" else nll
+        loss = loss * inputs.shape[0] if cfg.trainer.loss == "sum_over_time" else loss
         if cfg.trainer.ar > 0:  # activation regularization on the dropped output (Merity et al.)
             loss = loss + cfg.trainer.ar * dropped.float().pow(2).mean()
         if cfg.trainer.tar > 0:  # temporal AR: slowness of the undropped output
@@ -123,7 +126,7 @@ class LanguageModelTrainer(EpochTrainer):
         if self._graphed is None:
             decay = t.weight_decay if t.weight_decay_mode == "gal" else 0.0  # l2 is in the optimizer
             self._graphed = GraphedTrainStep(self.model, self.optimizer, t.clip, d.batch_size, d.bptt, decay, t.amp,
-                                             sum_over_time=t.loss == "sum_over_time")
+                                             sum_over_time=t.loss == "sum_over_time", kl_scale=self.kl_scale)
         return self._graphed
 
     def train_epoch(self, lr: float, logger: RunLogger, bar: tqdm) -> dict[str, float]:

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from vdrnn.dropout import DropoutScheme
-from vdrnn.model import initialize
+from vdrnn.model import initialize, layer_shapes
 from vdrnn.recurrent import GRULayer, LSTMLayer, RNNLayer
 from vdrnn.sentiment.config import SentimentModelConfig
 
@@ -39,6 +39,7 @@ class SentimentModel(nn.Module):
         self.layers = nn.ModuleList(make_layer(config, sizes[i]) for i in range(config.num_layers))
         self.head = nn.Linear(config.hidden_size, num_outputs)
         initialize(self, config, self.embedding, self.head)
+        self.noise_scales = dropout.noise_scales(layer_shapes(self.layers), num_outputs)  # after init, see LanguageModel
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, stochastic: bool | None = None,
                 word_dropout: bool = True) -> torch.Tensor:

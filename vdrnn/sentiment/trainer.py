@@ -81,6 +81,7 @@ class SentimentTrainer(EpochTrainer):
         self.vocab = self.task.vocab
         # Model selection uses the validation loss the model is trained on (lower is better).
         self.selector = "nll" if self.task.kind == CLASSIFICATION else "rmse"
+        self.train_examples = len(self.task.train)  # the reviews a learned-noise KL term is spread over
         log.info("%s: %d train / %d valid / %d test sequences, vocabulary %d, loaded in %.1fs", self.cfg.data.name,
                  len(self.task.train), len(self.task.valid), len(self.task.test), len(self.task.vocab),
                  time.perf_counter() - started)
@@ -106,7 +107,8 @@ class SentimentTrainer(EpochTrainer):
             with autocast(self.device, cfg.trainer.amp):
                 outputs = model(tokens, lengths)
             loss = self.loss(outputs, targets)
-            grad_norm = self.optimizer_step(loss)
+            kl = self.kl_term()
+            grad_norm = self.optimizer_step(loss if kl is None else loss + kl)
             return loss.detach(), grad_norm, len(targets), words
 
         batches = minibatches(self.task.train, cfg.data.batch_size, shuffle=True)
