@@ -17,7 +17,7 @@ CONF = resources.files("vdrnn.conf")
 GROUPS = {g: sorted(p.name[:-5] for p in CONF.joinpath(g).iterdir() if p.name.endswith(".yaml"))
           for g in ("dataset", "model", "cell", "dropout", "eval", "experiment")}
 # Gal & Ghahramani's Table 1 rows; the Gaussian presets share their names' form but are not rows of it.
-GAUSSIAN = [p for p in GROUPS["experiment"] if "_gaussian" in p]
+GAUSSIAN = [p for p in GROUPS["experiment"] if p.startswith(("medium_", "large_")) and "_gaussian" in p]
 LEARNED = [p for p in GAUSSIAN if p.endswith("_learned")]  # Kingma's adaptive alpha on a Gaussian preset
 TABLE1 = [p for p in GROUPS["experiment"] if p.startswith(("medium_", "large_")) and p not in GAUSSIAN]
 
@@ -213,12 +213,29 @@ def test_eval_refuses_settings_it_would_ignore(given):
         eval_config(to_container(composed()), trained, {"checkpoint", *given})
 
 
-def test_the_tuned_imdb_preset_is_gals_variational_lstm_with_only_its_tuning_changed():
-    gal, tuned = (to_container(composed(f"experiment={p}")) for p in ("imdb_lstm_variational",
-                                                                       "imdb_lstm_variational_tuned"))
-    changed = {k for k in flatten(gal) if flatten(gal)[k] != flatten(tuned)[k]}
-    assert changed == {"data.max_length", "model.hidden_size", "trainer.epochs", "trainer.ema", "eval.word_dropout"}
-    cfg = validated(composed("experiment=imdb_lstm_variational_tuned"))
+def changed_keys(base: str, preset: str) -> set[str]:
+    a, b = (flatten(to_container(composed(f"experiment={p}"))) for p in (base, preset))
+    return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+
+
+def assert_header_runs(preset: str) -> None:
+    header = CONF.joinpath("experiment", f"{preset}.yaml").read_text()
+    assert f"vdrnn train experiment={preset}" in header and "Expect:" in header
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_the_tuned_imdb_presets_are_gals_variational_models_with_only_their_tuning_changed(cell):
+    preset = f"imdb_{cell}_variational_tuned"
+    assert changed_keys(f"imdb_{cell}_variational", preset) == {
+        "data.max_length", "model.hidden_size", "trainer.epochs", "trainer.ema", "eval.word_dropout"}
+    cfg = validated(composed(f"experiment={preset}"))
     assert (cfg.model.hidden_size, cfg.trainer.ema, cfg.dropout.recurrent) == (512, 0.9995, 0.5)
-    header = CONF.joinpath("experiment", "imdb_lstm_variational_tuned.yaml").read_text()
-    assert "vdrnn train experiment=imdb_lstm_variational_tuned" in header and "Expect:" in header
+    assert_header_runs(preset)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_the_tuned_imdb_gaussian_presets_change_only_the_noise(cell):
+    preset = f"imdb_{cell}_gaussian_tuned"
+    assert changed_keys(f"imdb_{cell}_variational_tuned", preset) == {"dropout.scheme"}
+    assert validated(composed(f"experiment={preset}")).dropout.scheme == "gaussian"
+    assert_header_runs(preset)
