@@ -491,7 +491,8 @@ class NoiseScales(nn.Module):
 
 
 def weights_of(model: nn.Module) -> list[nn.Parameter]:
-    """The model's parameters less its learned noise scales: log alpha is no weight, and decays to nothing."""
+    """The model's parameters less its learned noise scales, which weight decay must not touch: shrinking log alpha
+    towards 0 would push every alpha to 1, a prior of its own on top of Kingma's KL term."""
     scales = getattr(model, "noise_scales", None)
     skip = set() if scales is None else {id(p) for p in scales.parameters()}
     return [p for p in model.parameters() if id(p) not in skip]
