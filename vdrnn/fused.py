@@ -426,9 +426,14 @@ class _Plan:
         self.w_cols = max(self.split_f * self.chunk_f, self.n_j * BLOCK_H)
 
 
+def _untied(zh: torch.Tensor | None) -> bool:
+    """Is the recurrent mask one per gate ([B, G, H], untied), rather than shared by the gates ([B, H])?"""
+    return zh is not None and zh.dim() == 3
+
+
 def _plan_for(x_proj: torch.Tensor, hidden: int, zh: torch.Tensor | None, op_dtype: torch.dtype, gates: int) -> _Plan:
     """The plan of a layer's T steps: x_proj [T, B, gates * H], the recurrent mask zh ([B, G, H] when untied)."""
-    operands = gates if zh is not None and zh.dim() == 3 else 1
+    operands = gates if _untied(zh) else 1
     return _Plan(x_proj.shape[1], hidden, x_proj.device, gates, operands, op_dtype.itemsize)
 
 
@@ -449,7 +454,7 @@ def _pack_weight(w_hh: torch.Tensor, dtype: torch.dtype, plan: _Plan) -> torch.T
 
 def _mask_args(zh: torch.Tensor | None, zc: torch.Tensor | None, c_scale: float, dummy: torch.Tensor):
     """(z_h, stride_b, stride_g, has_zh, per_gate, z_c, has_zc, c_scale) for the kernels."""
-    per_gate = zh is not None and zh.dim() == 3
+    per_gate = _untied(zh)
     if zh is not None:
         zh = zh.float().contiguous()
         # A mask shared by the batch ([1, H] or [1, G, H], dropout.locked_mask=batch) is read with a zero batch
