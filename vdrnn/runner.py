@@ -191,6 +191,7 @@ class EpochTrainer:
     """Base class of the task trainers; subclasses set ``selector`` and implement the hooks below."""
 
     selector = "loss"  # name of the validation score that picks best.pt; lower is better
+    train_examples: int  # set by setup(): what the training loss averages over (the KL term's N)
 
     def __init__(self, cfg, run_dir: Path, raw_config: dict[str, Any]):
         self.cfg = cfg
@@ -274,7 +275,7 @@ class EpochTrainer:
 
     def kl_term(self) -> torch.Tensor | None:
         """Kingma's KL per training example, times ``dropout.kl_weight``, to add to the mean training loss; None
-        unless the dropout variances are learned (``dropout.learn_alpha``). Needs ``self.train_examples``."""
+        unless the dropout variances are learned (``dropout.learn_alpha``)."""
         if self.model.noise_scales is None:
             return None
         return self.model.noise_scales.kl() * self.kl_scale
