@@ -80,6 +80,10 @@ def test_learned_alpha_is_trained_logged_and_kept_at_most_one(tmp_path, tiny_cor
     acc.Reload()
     assert {"noise/alpha_input0", "noise/p_output", "noise/kl"} <= set(acc.Tags()["scalars"])
     assert len(acc.Scalars("noise/kl")) == 2  # one point per epoch
+    # `vdrnn eval` rebuilds the learned scales from the checkpoint's config and loads them with the weights.
+    run_cli("eval", f"checkpoint={run / 'best.pt'}", f"data.root={tiny_corpus}", "hydra.run.dir=eval", cwd=tmp_path)
+    evaluated = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert evaluated["test_ppl"] == pytest.approx(metrics["test_ppl"], rel=1e-6)
 
 
 def test_eval_command_reproduces_the_weight_scaling_numbers(ptb_run, ptb_dir):
