@@ -378,6 +378,10 @@ class GaussianDropout(VariationalDropout):
     alpha fixed by ``dropout.*`` the KL term is a constant and the objective is the plain likelihood under the
     noise. ``dropout.learn_alpha=true`` learns alpha instead (Kingma's adaptive variant): see
     :class:`NoiseScales` for its parameters, masks and objective.
+
+    Kingma's other form, independent weight noise sampled through the local reparameterization trick
+    ("variational dropout B"), is not offered: it draws the pre-activations afresh at every product, so in a
+    recurrence the weights would not stay one sample over the sequence, which is Gal's point.
     """
 
     noise: Noise = staticmethod(gaussian_mask)
