@@ -55,13 +55,13 @@ def test_report_keeps_the_points_of_a_dropout_grid_apart(tmp_path, tiny_corpus):
 MEDIUM_VARIATIONAL = {"scheme": "variational", "embedding": 0.2, "input": 0.5, "recurrent": 0.2, "output": 0.5}
 
 
-def fake_ptb_run(folder, seed, overrides, epochs=39, time_limited=False, dropout=MEDIUM_VARIATIONAL):
+def fake_ptb_run(folder, seed, overrides, epochs=39, time_limited=False, dropout=MEDIUM_VARIATIONAL, noise=None):
     """A finished medium PTB run, with Hydra's record of its command line (a list of strings)."""
     folder.mkdir(parents=True)
     config = {"data": {"name": "ptb"}, "model": {"hidden_size": 650}, "dropout": dropout, "seed": seed,
               "trainer": {"epochs": 39, "max_minutes": 30 if time_limited else None}}
     metrics = {"valid_ppl": 82.0 + seed, "test_ppl": 79.0 + seed, "epochs": epochs, "time_limited": time_limited,
-               "train_seconds": 600, "wps": 50_000, "config": config}
+               "train_seconds": 600, "wps": 50_000, "config": config, **({"noise": noise} if noise else {})}
     (folder / "metrics.json").write_text(json.dumps(metrics))
     (folder / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
 
@@ -124,3 +124,20 @@ def test_dropout_options_the_dropout_column_does_not_show_are_overrides(tmp_path
 def test_an_ad_hoc_runs_name_says_untied_gates_and_learned_noise(gates, learn_alpha, name):
     config = {"dropout": {"scheme": "gaussian", "learn_alpha": learn_alpha}, "cell": {"gates": gates}}
     assert report.scheme_name(config) == name and name in report.SCHEME_ORDER
+
+
+@pytest.mark.slow
+def test_learned_noise_rows_show_where_each_sites_p_ended_averaged_over_seeds(tmp_path):
+    runs = tmp_path / "runs"
+    learned = {**MEDIUM_VARIATIONAL, "scheme": "gaussian", "learn_alpha": True}
+    for seed, p_in in ((1, 0.5), (2, 0.4)):
+        noise = {"p_input0": p_in, "p_input1": 0.5, "p_recurrent0": 0.5, "p_recurrent1": 0.3, "p_output": 0.45,
+                 "alpha_input0": p_in / (1 - p_in), "kl": 3.0}
+        fake_ptb_run(runs / f"s{seed}", seed, ["experiment=medium_gaussian_learned", f"seed={seed}"], dropout=learned,
+                     noise=noise)
+    fake_ptb_run(runs / "fixed", 1, ["experiment=medium_variational", "seed=1"])
+    rows = {row["row"]: row for row in ptb_rows(tmp_path)}
+    learned_row = rows["gaussian (learned alpha)"]
+    assert learned_row["seeds"] == "2"
+    assert learned_row["dropout"].endswith("; learned p: in 0.45/0.50, h 0.50/0.30, out 0.45")
+    assert rows["variational"]["dropout"] == "emb 0.2, in 0.5, h 0.2, out 0.5"  # fixed p: nothing learned to show

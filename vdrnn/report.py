@@ -75,6 +75,27 @@ def dropout_label(dropout: dict[str, Any]) -> str:
     return ", ".join(used) or "–"
 
 
+def learned_label(runs: list[dict[str, Any]]) -> str:
+    """Where learned noise levels ended (``dropout.learn_alpha``; ``metrics.json``'s ``noise``): each site's mean p
+    of the tested model, layer by layer, averaged over the seeds, e.g. ``learned p: in 0.50/0.49, h 0.50/0.50,
+    out 0.50``; empty for runs with fixed probabilities. The dropout column's own probabilities are then the start."""
+    noises = [r["noise"] for r in runs if r.get("noise")]
+    if not noises:
+        return ""
+    parts = []
+    for site, label in (("input", "in"), ("recurrent", "h"), ("output", "out")):
+        keys = sorted(k for k in noises[0] if k.startswith(f"p_{site}"))
+        if keys:
+            parts.append(f"{label} " + "/".join(f"{statistics.mean(n[k] for n in noises):.2f}" for k in keys))
+    return "learned p: " + ", ".join(parts)
+
+
+def dropout_cell(dropout: str, runs: list[dict[str, Any]]) -> str:
+    """The table's dropout column: the probabilities, and for learned noise where it ended."""
+    learned = learned_label(runs)
+    return f"{dropout}; {learned}" if learned else dropout
+
+
 def scheme_name(config: dict[str, Any]) -> str:
     """An ad-hoc run's name: its dropout scheme, e.g. ``variational (untied)``, ``gaussian (learned alpha)``."""
     dropout = config.get("dropout", {})
@@ -279,7 +300,7 @@ def table(rows: list[Row]) -> list[list[str]]:
         wps = row.values("wps")
         wall = [(r.get("train_seconds") or 0) + (r.get("eval_seconds") or 0) for r in row.runs]
         lines.append([
-            row.label, row.size, row.dropout, str(len(row.runs)),
+            row.label, row.size, dropout_cell(row.dropout, row.runs), str(len(row.runs)),
             mean_std(row.values("valid_ppl")), mean_std(row.values("test_ppl")), mean_std(row.values("test_ppl_mc")),
             paper_value(row, "valid"), paper_value(row, "test"), paper_value(row, "test_mc"),
             f"{statistics.mean(wps):,.0f}" if wps else "–", mean_std(row.values("epochs"), 0),
@@ -432,7 +453,7 @@ def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
                 cells[key + suffix] = mean_std(values, digits)
         keys = [key for key, _, _, _ in SENTIMENT_METRICS[dataset]]
         wall = [(r.get("train_seconds") or 0) + (r.get("eval_seconds") or 0) for r in row.runs]
-        lines.append([row.name, row.dropout, str(len(row.runs)), *(cells[k] for k in keys), *(cells[k + "_mc"] for k in keys),
+        lines.append([row.name, dropout_cell(row.dropout, row.runs), str(len(row.runs)), *(cells[k] for k in keys), *(cells[k + "_mc"] for k in keys),
                       mean_std([r["epochs"] for r in row.runs], 0), f"{statistics.mean(wall) / 60:.1f}",
                       row.overrides or "–"])
     return lines
