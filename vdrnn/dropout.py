@@ -475,7 +475,8 @@ class NoiseScales(nn.Module):
 
     def kl(self) -> torch.Tensor:
         """The KL term summed over every learned noise variable, weighted by its fan-out (nats)."""
-        return sum(self.fan_out[key] * kl_per_weight(log_alpha.exp()).sum() for key, log_alpha in self.log_alpha.items())
+        return sum(self.fan_out[key] * kl_per_weight(log_alpha.exp()).sum()
+                   for key, log_alpha in self.log_alpha.items())
 
     @torch.no_grad()
     def clamp_(self) -> None:

@@ -453,7 +453,8 @@ def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
                 cells[key + suffix] = mean_std(values, digits)
         keys = [key for key, _, _, _ in SENTIMENT_METRICS[dataset]]
         wall = [(r.get("train_seconds") or 0) + (r.get("eval_seconds") or 0) for r in row.runs]
-        lines.append([row.name, dropout_cell(row.dropout, row.runs), str(len(row.runs)), *(cells[k] for k in keys), *(cells[k + "_mc"] for k in keys),
+        lines.append([row.name, dropout_cell(row.dropout, row.runs), str(len(row.runs)),
+                      *(cells[k] for k in keys), *(cells[k + "_mc"] for k in keys),
                       mean_std([r["epochs"] for r in row.runs], 0), f"{statistics.mean(wall) / 60:.1f}",
                       row.overrides or "–"])
     return lines

@@ -39,7 +39,8 @@ class SentimentModel(nn.Module):
         self.layers = nn.ModuleList(make_layer(config, sizes[i]) for i in range(config.num_layers))
         self.head = nn.Linear(config.hidden_size, num_outputs)
         initialize(self, config, self.embedding, self.head)
-        self.noise_scales = dropout.noise_scales(layer_shapes(self.layers), num_outputs)  # after init, see LanguageModel
+        # After initialize, as in LanguageModel: its uniform init would overwrite log alpha's starting values.
+        self.noise_scales = dropout.noise_scales(layer_shapes(self.layers), num_outputs)
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, stochastic: bool | None = None,
                 word_dropout: bool = True) -> torch.Tensor:
