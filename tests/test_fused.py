@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 import torch
-from triton_setup import CUDA, DEVICE, exact_fp32, gpu, rel  # noqa: F401 (exact_fp32: autouse fixture)
+from triton_setup import CUDA, DEVICE, FP32_TOL, exact_fp32, gpu, rel  # noqa: F401 (exact_fp32: autouse fixture)
 
 from vdrnn.dropout import (
     DropoutConfig,
@@ -99,7 +99,7 @@ def test_fused_matches_reference(kind, hidden, block_plan):
     ref = run_with_grads(lstm_reference, leaves, masks, weights)
     out = run_with_grads(lstm_fused, leaves, masks, weights)
     errors = {name: rel(o, r) for name, o, r in zip(NAMES, out, ref, strict=True)}
-    assert all(e < 1e-3 for e in errors.values()), errors
+    assert all(e < FP32_TOL for e in errors.values()), errors
     assert out[0].dtype == ref[0].dtype and out[1].dtype == torch.float32
 
 
@@ -119,7 +119,7 @@ def test_fused_passes_the_masks_gradient(kind, block_plan):
     ref = run_with_grads(lstm_reference, leaves + mask_leaves, masks, weights)
     out = run_with_grads(lstm_fused, leaves + mask_leaves, masks, weights)
     errors = {name: rel(o, r) for name, o, r in zip(NAMES + ["dz_x", "dz_h"], out, ref, strict=True)}
-    assert all(e < 1e-3 for e in errors.values()), errors
+    assert all(e < FP32_TOL for e in errors.values()), errors
     assert out[-1].shape == masks.h.shape and out[-1].abs().sum() > 0
 
 
@@ -136,7 +136,7 @@ def untied_inference_error(steps: int, batch: int, inputs: int, hidden: int) -> 
 
 def test_many_batch_blocks_and_inference(block_plan):
     """More than one block of batch rows (B > 64), and the no-grad path that saves nothing."""
-    assert untied_inference_error(steps=2, batch=70, inputs=5, hidden=20) < 1e-3
+    assert untied_inference_error(steps=2, batch=70, inputs=5, hidden=20) < FP32_TOL
 
 
 @pytest.mark.parametrize("op_bytes", [4, 2])
@@ -162,7 +162,7 @@ def test_plans_keep_the_forward_pipeline_within_shared_memory(batch, gates, op_b
 def test_untied_masks_at_a_wide_inference_batch_run_on_the_gpu():
     """MC evaluation's shape: 1,000 sequences, 512 units, untied masks, fp32 (three pipeline stages would need
     240 KB of shared memory)."""
-    assert untied_inference_error(steps=3, batch=1000, inputs=64, hidden=512) < 1e-3
+    assert untied_inference_error(steps=3, batch=1000, inputs=64, hidden=512) < FP32_TOL
 
 
 @gpu

@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 import torch
-from triton_setup import CUDA, DEVICE, exact_fp32, gpu, rel  # noqa: F401 (exact_fp32: autouse fixture)
+from triton_setup import CUDA, DEVICE, FP32_TOL, exact_fp32, gpu, rel  # noqa: F401 (exact_fp32: autouse fixture)
 
 from vdrnn.dropout import LayerMasks, bernoulli_mask, gaussian_mask
 from vdrnn.fused_gru import gru_fused
@@ -73,7 +73,7 @@ def loss_weights(steps: int, batch: int, hidden: int):
 NAMES = ["y", "h_T", "dx", "dh0", "dw_ih", "dw_hh", "db_ih", "db_hh"]
 
 
-def compare(steps, batch, inputs, hidden, kind, tol=1e-5):
+def compare(steps, batch, inputs, hidden, kind, tol=FP32_TOL):
     leaves = random_problem(steps, batch, inputs, hidden)
     masks = make_masks(kind, steps, batch, inputs, hidden)
     weights = loss_weights(steps, batch, hidden)
