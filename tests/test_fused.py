@@ -180,6 +180,45 @@ def test_fused_bf16_autocast_close_to_reference(kind, block_plan):
     assert all(e < 3e-2 for e in errors.values()), errors
 
 
+# ------------------------------------------------------------------- the language model, the schemes' own masks
+# What training runs: each scheme draws its masks (vdrnn.dropout), the model hands them to its layers as LayerMasks,
+# and the layers pick the kernels or the reference loop by model.impl. The tests above build LayerMasks by hand.
+SCHEMES = {
+    "zaremba": dict(scheme="zaremba", input=0.4, output=0.3),
+    "moon": dict(scheme="moon", cell=0.3),
+    "moon_cell_scale_c": dict(scheme="moon", cell=0.3, cell_scale="c"),
+    "variational": dict(scheme="variational", embedding=0.2, input=0.4, recurrent=0.3, output=0.3),
+    "variational_untied": dict(scheme="variational", embedding=0.2, input=0.4, recurrent=0.3, output=0.3,
+                               per_gate=True),
+    "variational_batch_masks": dict(scheme="variational", input=0.4, recurrent=0.3, locked_mask="batch"),
+    "gaussian_learned": dict(scheme="gaussian", input=0.4, recurrent=0.3, output=0.3, learn_alpha=True),
+    "awd": dict(scheme="awd", embedding=0.1, input=0.4, hidden=0.25, weight=0.5, output=0.3),
+}
+
+
+def lm_outputs(impl: str, scheme: dict, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Logits and every parameter's gradient of a 2-layer LM (same init and mask draws for every impl)."""
+    torch.manual_seed(0)
+    model = LanguageModel(30, ModelConfig(num_layers=2, hidden_size=12, impl=impl, init_range=0.1),
+                          make_dropout(DropoutConfig(**scheme))).to(DEVICE).train()
+    torch.manual_seed(1)
+    logits, _ = model(tokens, model.initial_state(tokens.shape[1], DEVICE))
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.roll(-1, 0).flatten())
+    if model.noise_scales is not None:
+        loss = loss + 1e-3 * model.noise_scales.kl()
+    loss.backward()
+    return {"logits": logits, **{name: p.grad for name, p in model.named_parameters()}}
+
+
+@pytest.mark.parametrize("name", list(SCHEMES))
+def test_language_model_fast_path_matches_reference(name):
+    tokens = torch.randint(0, 30, (5, 3), generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    fast, reference = (lm_outputs(impl, SCHEMES[name], tokens) for impl in ("fast", "reference"))
+    assert fast.keys() == reference.keys()
+    errors = {key: rel(fast[key], reference[key]) for key in fast}
+    assert all(e < FP32_TOL for e in errors.values()), errors
+
+
 # ----------------------------------------------------------------------------------- graphed step
 class OnesMasks(DropoutScheme):
     """Recurrent masks of ones: deterministic, yet the recurrence takes the masked (fused) path."""
