@@ -64,13 +64,44 @@ def test_every_option_composes_and_validates(group, option):
         assert cfg.data.name == "imdb"
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
-@pytest.mark.parametrize("dropout", ["none", "zaremba", "variational", "variational_untied", "gaussian",
-                                     "gaussian_untied"])
+@pytest.mark.parametrize("cell,dropout", [
+    (cell, dropout) for cell in ("lstm", "gru", "rnn")
+    for dropout in ("none", "zaremba", "variational", "variational_untied", "gaussian", "gaussian_untied")
+    if not (cell == "rnn" and dropout.endswith("_untied"))  # one gate: refused, see below
+])
 def test_sentiment_runs_every_cell_with_every_applicable_scheme(cell, dropout):
     cfg = validated(composed("dataset=imdb", "model=sentiment", f"cell={cell}", f"dropout={dropout}"))
     assert (cfg.model.cell, cfg.model.hidden_size, cfg.trainer.optimizer) == (cell, 128, "adam")
     assert cfg.dropout.per_gate == dropout.endswith("_untied")
+
+
+@pytest.mark.parametrize("dropout", ["variational_untied", "gaussian_untied"])
+def test_untied_gates_on_the_one_gate_rnn_are_refused(dropout):
+    # Untied masks of a one-gate cell are the tied masks: the setting would change nothing but the speed.
+    with pytest.raises(ConfigError, match="cell.gates=untied .* cell=rnn has one gate.* Use cell.gates=tied"):
+        validated(composed("dataset=imdb", "cell=rnn", f"dropout={dropout}"))
+
+
+@pytest.mark.parametrize("extra", [[], ["dataset=imdb"]])
+@pytest.mark.parametrize("dropout", ["none", "zaremba", "moon", "awd"])
+def test_untied_gates_with_a_scheme_without_per_gate_masks_are_refused(dropout, extra):
+    with pytest.raises(ConfigError, match=f"cell.gates=untied .* scheme '{dropout}' would ignore it. Use "
+                                          f"cell.gates=tied, or dropout=variational_untied"):
+        validated(composed(*extra, f"dropout={dropout}", "cell.gates=untied"))
+
+
+@pytest.mark.parametrize("overrides", [["dataset=imdb", "dropout=zaremba", "dropout.hidden=0.3"],
+                                       ["model.num_layers=1", "dropout.hidden=0.2"],
+                                       ["dataset=imdb", "dropout=awd"]])
+def test_dropout_between_layers_of_a_one_layer_model_is_refused(overrides):
+    with pytest.raises(ConfigError, match=r"dropout.hidden=0.\d drops the inputs of layers 2..L, and "
+                                          r"model.num_layers=1 has none: set dropout.hidden=null"):
+        validated(composed(*overrides))
+
+
+def test_dropout_between_layers_is_taken_with_two_layers_or_at_zero():
+    assert validated(composed("dataset=imdb", "model.num_layers=2", "dropout.hidden=0.3")).dropout.hidden == 0.3
+    assert validated(composed("dataset=imdb", "dropout.hidden=0")).dropout.hidden == 0
 
 
 @pytest.mark.parametrize("cell", ["gru", "rnn"])
@@ -180,6 +211,11 @@ def test_lr_schedule_matches_zaremba_medium():
     ("trainer.amp=fp8", "trainer.amp='fp8'; choose one of off, bf16, fp16"),
     ("model.impl=cuda", "model.impl='cuda'; choose one of auto, fast, reference"),
     ("cell.gates=half", "cell.gates='half'"),
+    ("model.num_layers=0", "model.num_layers=0 must be at least 1"),
+    ("model.hidden_size=-3", "model.hidden_size=-3 must be at least 1"),
+    ("model.embedding_size=0", "model.embedding_size=0 must be at least 1, or null for the hidden size"),
+    ("dropout.input=false", r"dropout.input=False is not a probability in \[0, 1\)"),
+    ("dropout.kl_weight=true", "dropout.kl_weight=True must be a number >= 0"),
     ("eval.mode=bayes", "eval.mode='bayes'"),
 ])
 def test_bad_values_are_refused_with_the_fix(override, message):

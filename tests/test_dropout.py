@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from vdrnn.dropout import DropoutConfig, LayerMasks, bernoulli_mask, gaussian_mask, make_dropout
+from vdrnn.dropout import DropoutConfig, LayerMasks, NoiseScales, bernoulli_mask, gaussian_mask, make_dropout
 from vdrnn.errors import ConfigError
 from vdrnn.model import LanguageModel, ModelConfig
 from vdrnn.recurrent import GATES, LSTMLayer, masked_linear
@@ -284,6 +284,32 @@ def test_mask_granularity_of_masks_a_scheme_never_draws_is_refused(name, key):
         DropoutConfig(scheme=name, **{key: "batch"})
 
 
+def test_locked_mask_batch_with_moon_says_its_cell_mask_is_always_per_sample():
+    with pytest.raises(ConfigError, match=r"locked_mask=batch does nothing with scheme 'moon': it sets how schemes "
+                                          r"variational, gaussian, awd draw .* \(Moon's cell mask is always one per "
+                                          r"sample, Zaremba's masks are fresh every step\)"):
+        DropoutConfig(scheme="moon", cell=0.5, locked_mask="batch")
+
+
+@pytest.mark.parametrize("name, p", [("none", {}), ("zaremba", {"input": 0.5}), ("moon", {"cell": 0.5}),
+                                     ("awd", {"weight": 0.5})])
+def test_per_gate_masks_are_refused_where_the_scheme_draws_none(name, p):
+    with pytest.raises(ConfigError, match=f"cell.gates=untied .* scheme '{name}' would ignore it. Use cell.gates=tied"):
+        DropoutConfig(scheme=name, per_gate=True, **p)
+
+
+@pytest.mark.parametrize("p", [{"input": False}, {"recurrent": False}, {"hidden": False}])
+def test_bools_are_not_probabilities(p):
+    (site, value), = p.items()
+    with pytest.raises(ConfigError, match=rf"dropout.{site}={value} is not a probability"):
+        DropoutConfig(scheme="variational", **p)
+
+
+def test_bool_kl_weight_is_refused():
+    with pytest.raises(ConfigError, match="dropout.kl_weight=True must be a number >= 0"):
+        DropoutConfig(scheme="gaussian", input=0.5, learn_alpha=True, kl_weight=True)
+
+
 @pytest.mark.parametrize("name, p, key", [
     ("variational", {"input": 0.5, "recurrent": 0.3}, "locked_mask"), ("awd", {"input": 0.5}, "locked_mask"),
     ("variational", {"embedding": 0.5}, "embedding_mask"), ("awd", {"embedding": 0.5}, "embedding_mask"),
@@ -417,3 +443,17 @@ def test_learned_alpha_only_for_the_gaussian_scheme_and_kl_weight_only_with_it()
         DropoutConfig(scheme="gaussian", input=0.5, learn_alpha=True, kl_weight=-1)
     assert learned_model(input=0.2).noise_scales is not None
     assert LanguageModel(V, ModelConfig(hidden_size=H), scheme("gaussian", input=0.2)).noise_scales is None
+
+
+def test_learned_alpha_with_no_noisy_site_is_refused():
+    with pytest.raises(ConfigError, match="learn_alpha=true learns the noise of dropout.input, dropout.hidden, "
+                                          "dropout.recurrent, dropout.output, and all are 0"):
+        DropoutConfig(scheme="gaussian", embedding=0.3, learn_alpha=True)
+
+
+def test_kl_without_learned_sites_is_a_zero_tensor():
+    # dropout.hidden alone on a one-layer model (refused by the CLI's config, not by NoiseScales) learns nothing.
+    scales = NoiseScales(DropoutConfig(scheme="gaussian", hidden=0.3, learn_alpha=True), [(D, H, GATES)], V)
+    assert not scales.log_alpha
+    kl = scales.kl()
+    assert isinstance(kl, torch.Tensor) and kl.item() == 0.0

@@ -153,8 +153,14 @@ def model_from(raw: dict[str, Any], cls=ModelConfig):
 
 
 def dropout_from(raw: dict[str, Any], model: ModelConfig) -> DropoutConfig:
-    """The ``dropout`` group; untied gates mean one mask per gate."""
-    return build(DropoutConfig, {**raw["dropout"], "per_gate": model.gates == "untied"}, "dropout")
+    """The ``dropout`` group of a language-model or sentiment run, checked against its model; untied gates mean
+    one mask per gate."""
+    dropout = build(DropoutConfig, {**raw["dropout"], "per_gate": model.gates == "untied"}, "dropout")
+    if dropout.hidden and model.num_layers == 1:
+        raise ConfigError(f"dropout.hidden={dropout.hidden} drops the inputs of layers 2..L, and model.num_layers=1 "
+                          f"has none: set dropout.hidden=null (dropout.input drops the one layer's input), or "
+                          f"model.num_layers=2 or more")
+    return dropout
 
 
 def from_dict(raw: dict[str, Any]) -> RunConfig:

@@ -17,8 +17,12 @@ and how often they are drawn:
 | ``zaremba`` (2014)     | layer inputs x_t, final output            | T x B x D      | fresh every time step, sample  |
 | ``moon`` (2015)        | cell state c_t (+ optional word types)    | B x H          | once per sample per minibatch  |
 | ``variational`` (tied) | word types, x_t, h_{t-1}, final output    | B x D          | once per sample per minibatch  |
-| ``variational`` untied | same, with a separate mask for every gate | B x 4 x D      | once per sample per minibatch  |
+| ``variational`` untied | same, with a separate mask for every gate | B x G x D      | once per sample per minibatch  |
 | ``gaussian`` (Kingma)  | as ``variational``; entries N(1, p/(1-p)) | as variational | once per sample per minibatch  |
+
+G is the cell's number of gates (4 LSTM, 3 GRU, 1 RNN). With ``dropout.locked_mask=batch`` the fixed-over-time
+masks of ``variational``, ``gaussian`` and ``awd`` (:class:`AWDDropout`) are drawn once per minibatch and shared
+by its sequences: 1 x D (1 x G x D untied) instead of B x D (B x G x D).
 
 With ``dropout.learn_alpha`` the Gaussian scheme learns each masked unit's variance alpha (Kingma's adaptive
 variational dropout, :class:`NoiseScales`); the masks keep their shapes and draws.
@@ -64,7 +68,7 @@ class DropoutConfig:
     per ``sample`` (Gal) or once per ``batch`` and shared by its sequences (AWD's reference code
     for word types); ``batch`` is refused for schemes that draw no such masks. ``per_gate`` gives every
     gate its own masks (Gal's untied-weights variant, eq. 5); only the variational and Gaussian schemes have
-    per-gate masks, for the others tied and untied cells are identical.
+    per-gate masks, so it is refused for the others, whose masks are the same for every gate.
     ``cell_scale`` says where Moon's 1/(1-p) goes (see :class:`MoonDropout`).
     ``learn_alpha`` (Gaussian scheme only) learns the noise variance of the layer-input, recurrent and output
     masks, unit by unit, with Kingma's KL term weighted by ``kl_weight`` (see :class:`NoiseScales`).
@@ -96,6 +100,8 @@ class DropoutConfig:
         "awd": ("embedding", "input", "hidden", "output", "weight"),
     }
     SITES = ("embedding", "input", "hidden", "recurrent", "output", "cell", "weight")
+    PER_GATE_SCHEMES = ("variational", "gaussian")
+    LEARNED_SITES = ("input", "hidden", "recurrent", "output")  # the sites whose alpha learn_alpha learns
     # Schemes that read each mask granularity; elsewhere a non-default one would silently do nothing.
     # Only Gal's (Bernoulli or Gaussian) and AWD's layers draw fixed-over-time masks through ``locked_mask``
     # (Moon's cell mask is always one per sample); word-type masks exist only where the embedding site does.
@@ -115,11 +121,19 @@ class DropoutConfig:
                 raise ConfigError(f"dropout.{key}={getattr(self, key)!r}; choose `sample` or `batch`")
             users = self.MASK_USERS[key]
             if getattr(self, key) != "sample" and self.scheme not in users:  # `sample` is the default
-                what = "fixed-over-time" if key == "locked_mask" else "word-type"
+                why = (f"it sets how schemes {', '.join(users)} draw their fixed-over-time masks (Moon's cell mask "
+                       f"is always one per sample, Zaremba's masks are fresh every step)" if key == "locked_mask"
+                       else f"word-type masks are drawn only by schemes {', '.join(users)}")
                 raise ConfigError(
-                    f"dropout.{key}={getattr(self, key)} does nothing with scheme {self.scheme!r}: {what} "
-                    f"masks are drawn only by schemes {', '.join(users)}; drop the override or pick one of those"
+                    f"dropout.{key}={getattr(self, key)} does nothing with scheme {self.scheme!r}: {why}; "
+                    f"drop the override or pick one of those schemes"
                 )
+        if self.per_gate and self.scheme not in self.PER_GATE_SCHEMES:
+            raise ConfigError(
+                f"cell.gates=untied gives every gate its own dropout masks, which only dropout=variational and "
+                f"dropout=gaussian draw; scheme {self.scheme!r} would ignore it. Use cell.gates=tied, or "
+                f"dropout=variational_untied / dropout=gaussian_untied"
+            )
         if self.cell_scale not in CELL_SCALES:
             raise ConfigError(f"dropout.cell_scale={self.cell_scale!r}; choose `h` (vdrnn's Moon) or `c`")
         if self.cell_scale != "h" and self.scheme != "moon":
@@ -128,7 +142,7 @@ class DropoutConfig:
         if self.learn_alpha and self.scheme != "gaussian":
             raise ConfigError(f"dropout.learn_alpha=true learns the variance of Gaussian masks; scheme {self.scheme!r} "
                               f"has none. Use `dropout=gaussian` (or `gaussian_untied`) or drop the override")
-        if not (isinstance(self.kl_weight, (int, float)) and self.kl_weight >= 0):
+        if not (_is_number(self.kl_weight) and self.kl_weight >= 0):
             raise ConfigError(f"dropout.kl_weight={self.kl_weight!r} must be a number >= 0 (1 is Kingma's ELBO)")
         if self.kl_weight != 1.0 and not self.learn_alpha:
             raise ConfigError(f"dropout.kl_weight={self.kl_weight} does nothing without dropout.learn_alpha=true "
@@ -137,7 +151,7 @@ class DropoutConfig:
             p = getattr(self, site)
             if site == "hidden" and p is None:  # unset: layers 2..L use dropout.input
                 continue
-            if not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+            if not _is_number(p) or not 0.0 <= p < 1.0:
                 raise ConfigError(
                     f"dropout.{site}={p!r} is not a probability in [0, 1); "
                     f"pass e.g. `dropout.{site}=0.5` (p=1 would drop everything)"
@@ -148,10 +162,20 @@ class DropoutConfig:
                     f"dropout.{site}={p} is not used by scheme {self.scheme!r} (its sites: {allowed}); "
                     f"set `dropout.{site}=0` or pick a scheme that drops {site}"
                 )
+        if self.learn_alpha and not any(getattr(self, site) for site in self.LEARNED_SITES):
+            raise ConfigError(
+                f"dropout.learn_alpha=true learns the noise of dropout.{', dropout.'.join(self.LEARNED_SITES)}, and "
+                f"all are 0: there is nothing to learn. Set one of them (e.g. `dropout.input=0.3`) or drop learn_alpha"
+            )
 
     def input_p(self, layer: int) -> float:
         """Dropout probability on the input of layer ``layer`` (0-based)."""
         return self.input if layer == 0 or self.hidden is None else self.hidden
+
+
+def _is_number(value) -> bool:
+    """An int or float, not a bool (YAML's `true` would otherwise pass as 1)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def bernoulli_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
@@ -179,6 +203,9 @@ Noise = Callable[[tuple[int, ...], float, torch.Tensor], torch.Tensor]
 class LayerMasks:
     """Masks for one recurrent layer during one minibatch; ``None`` means "not dropped".
 
+    G is the cell's number of gates (4 LSTM, 3 GRU, 1 RNN); B is 1 for fixed-over-time masks drawn with
+    ``dropout.locked_mask=batch`` (one mask shared by the batch).
+
     ``x``: applied to the layer input. Shape [T, B, D] (fresh per step), [B, D] (fixed over time),
       or [B, G, D] with ``per_gate`` (one mask per gate, fixed over time).
     ``h``: applied to h_{t-1} before the recurrent product. [B, H] or [B, G, H] with ``per_gate``.
@@ -198,7 +225,14 @@ class LayerMasks:
 
     @property
     def recurrent(self) -> bool:
-        """True when the recurrence itself is perturbed, so a fused cuDNN kernel cannot run it."""
+        """True when the layer cannot run on the stock fused kernel (cuDNN on CUDA) and must take the masked
+        recurrence (the step loop, or the fused Triton kernel with ``impl=fast``).
+
+        That is when an h or c mask acts inside the recurrence, or with per-gate masks even on x alone: the
+        stock kernel multiplies one [x_t; h_{t-1}] by all gates' weights, so it cannot give each gate its own
+        masked input. AWD's ``w_hh`` mask does not count: the dropped W_hh goes to the stock kernel as ordinary
+        weights. Masks shared by all gates on x only are applied to x before the stock kernel.
+        """
         return self.h is not None or self.c is not None or self.per_gate
 
 
@@ -323,9 +357,11 @@ class VariationalDropout(DropoutScheme):
 
     Tied gates (eq. 7): [i; f; g; o] = W [x_t * z_x ; h_{t-1} * z_h] + b with z_x [B, D] and
     z_h [B, H] **drawn once per sample per minibatch and reused at every time step**, shared by
-    all four gates. Untied gates (eq. 5, ``cell.gates=untied``): i = sigma(W_i (x_t * z_x^i) +
-    U_i (h_{t-1} * z_h^i) + b_i) and likewise for f, g, o, i.e. masks of shape [B, 4, D] and [B, 4, H]
-    (a separate mask per gate). The same weights as tied; only the noise differs.
+    all the cell's G gates (4 LSTM, 3 GRU, 1 RNN). Untied gates (eq. 5, ``cell.gates=untied``): i = sigma(W_i
+    (x_t * z_x^i) + U_i (h_{t-1} * z_h^i) + b_i) and likewise for f, g, o, i.e. masks of shape [B, G, D] and
+    [B, G, H] (a separate mask per gate). The same weights as tied; only the noise differs. With
+    ``dropout.locked_mask=batch`` every mask is drawn once per minibatch and shared by its sequences:
+    [1, D] ([1, G, D] untied) instead of [B, D] ([B, G, D]).
 
     Also, each fixed over time and per sample: word-type dropout on the embedding (one draw per word
     type per sequence), and z_o [B, H] on the last layer's output. Each layer's input mask z_x acts on
@@ -364,9 +400,10 @@ class GaussianDropout(VariationalDropout):
     the same mean (1) and variance (alpha) as the inverted Bernoulli mask of that p. Everything else is
     :class:`VariationalDropout`'s: tied gates [i; f; g; o] = W [x_t * xi_x ; h_{t-1} * xi_h] + b with xi_x [B, D]
     and xi_h [B, H] **drawn once per sample per minibatch and reused at every time step**; untied gates
-    (``cell.gates=untied``) draw [B, 4, D] and [B, 4, H]; word types get one draw per type per sequence, the
-    output one [B, H] draw. Evaluation: weight scaling (``eval=scale``) sets xi = 1 = E[xi]; MC (``eval=mc``)
-    draws fresh xi per sample.
+    (``cell.gates=untied``) draw [B, G, D] and [B, G, H], G the cell's gates; word types get one draw per type
+    per sequence, the output one [B, H] draw; with ``dropout.locked_mask=batch`` the fixed-over-time masks are
+    [1, D] ([1, G, D]), one shared by the batch. Evaluation: weight scaling (``eval=scale``) sets xi = 1 = E[xi];
+    MC (``eval=mc``) draws fresh xi per sample.
 
     Why this is Kingma's variational dropout. Multiplying the inputs a of a linear map B = (a * xi) W by
     xi ~ N(1, alpha) is the same as sampling each row w_i of W from N(w_i, alpha w_i^2) with one noise variable
@@ -474,9 +511,11 @@ class NoiseScales(nn.Module):
         return 1.0 + (0.5 * log_alpha).exp() * eps
 
     def kl(self) -> torch.Tensor:
-        """The KL term summed over every learned noise variable, weighted by its fan-out (nats)."""
-        return sum(self.fan_out[key] * kl_per_weight(log_alpha.exp()).sum()
-                   for key, log_alpha in self.log_alpha.items())
+        """The KL term summed over every learned noise variable, weighted by its fan-out (nats); a zero tensor
+        when no site is learned."""
+        terms = (self.fan_out[key] * kl_per_weight(log_alpha.exp()).sum()
+                 for key, log_alpha in self.log_alpha.items())
+        return sum(terms, torch.zeros(()))
 
     @torch.no_grad()
     def clamp_(self) -> None:
@@ -509,7 +548,8 @@ class AWDDropout(VariationalDropout):
     - word types (``embedding``, the reference's 0.1): whole embedding rows dropped; by default one
       draw per word type for the whole minibatch (``embedding_mask=batch``, as ``embedded_dropout``).
     - locked dropout (Gal's fixed-over-time masks) on the embedding output (``input``, dropouti 0.65),
-      between layers (``hidden``, dropouth 0.3) and on the output (``output``, 0.4): [B, D] per sample.
+      between layers (``hidden``, dropouth 0.3) and on the output (``output``, 0.4): [B, D] per sample
+      ([1, D] shared by the batch with ``locked_mask=batch``).
     - weight drop (``weight``, 0.5): W_hh' = W_hh * M / (1-p), M [4H, H] drawn **once per minibatch**
       and shared by all samples and steps (DropConnect on the recurrent weights; a per-sample W_hh would
       be a [B, 4H, H] tensor). The raw W_hh is the parameter: it receives the gradients and is never

@@ -5,8 +5,10 @@ Dropout sites (see :mod:`vdrnn.dropout` for which scheme uses which):
     tokens -> embedding -> [word-type mask] -> layer 1 (x-mask, h-mask, c-mask) -> ... -> layer L
            -> [output mask] -> decoder -> logits
 
-Masks are drawn once per call of ``forward``, i.e. once per truncated-BPTT minibatch; the caller
-carries the hidden state from one call to the next.
+Each call of ``forward`` (one truncated-BPTT minibatch) draws its masks as the scheme says
+(:mod:`vdrnn.dropout`): fixed-over-time masks once per call, Zaremba's afresh at every step; inside
+:meth:`LanguageModel.frozen_masks` the fixed-over-time ones once for the whole stream. The caller carries
+the hidden state from one call to the next.
 """
 
 from __future__ import annotations
@@ -47,8 +49,16 @@ class ModelConfig:
             raise ConfigError(f"model.impl={self.impl!r}; choose one of {', '.join(IMPLS)}")
         if self.init not in INITS:
             raise ConfigError(f"model.init={self.init!r}; choose one of {', '.join(INITS)}")
-        if self.num_layers < 1 or self.hidden_size < 1 or (self.embedding_size or 1) < 1:
-            raise ConfigError("model.num_layers, model.hidden_size and model.embedding_size must be positive")
+        for key in ("num_layers", "hidden_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be at least 1")
+        if self.embedding_size is not None and self.embedding_size < 1:
+            raise ConfigError(f"model.embedding_size={self.embedding_size} must be at least 1, or null for the "
+                              f"hidden size")
+        if self.cell == "rnn" and self.gates == "untied":
+            raise ConfigError("cell.gates=untied gives each gate its own dropout masks, and cell=rnn has one gate, "
+                              "so they would be the tied masks (run on a slower path). Use cell.gates=tied "
+                              "(dropout=variational or dropout=gaussian, not their _untied presets)")
         if not self.init_range > 0:
             raise ConfigError(f"model.init_range={self.init_range} must be positive (uniform init in +-range)")
 

@@ -3,9 +3,10 @@
     tokens -> embedding -> [word-type mask] -> layer 1 (x-, h- or c-masks) -> ... -> layer L
            -> output at step length-1 -> [output mask] -> linear -> logits (IMDB) or rating (scale)
 
-Masks are drawn once per ``forward``, i.e. once per minibatch, per sample, by the dropout scheme
-(:mod:`vdrnn.dropout`). Padding cannot change a review's output: the recurrence is causal, the
-fixed-over-time masks have no time axis, and the head reads step ``length - 1`` of each review.
+Each ``forward`` (one minibatch) draws its masks as the scheme says (:mod:`vdrnn.dropout`): fixed-over-time
+masks once per call, per sample or shared by the batch; Zaremba's afresh at every step. Padding cannot change a
+review's output: the recurrence is causal, the fixed-over-time masks have no time axis, and the head reads
+step ``length - 1`` of each review.
 """
 
 from __future__ import annotations
