@@ -28,11 +28,14 @@ def ptb_run(tmp_path_factory, ptb_dir):
 
 def test_train_writes_metrics_checkpoints_and_logs(ptb_run):
     run, result = ptb_run
-    assert "CUDA is not available: running on the CPU" in result.stderr + result.stdout
+    if not torch.cuda.is_available():  # device=auto says why it runs on the CPU
+        assert "CUDA is not available: running on the CPU" in result.stderr + result.stdout
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["steps"] == 12 and metrics["smoke"] is True and metrics["mc_samples"] == 3
-    # A few SGD steps from uniform init already beat the uniform 10k-way guess.
-    assert 100 < metrics["test_ppl"] < 10_000 and 100 < metrics["test_ppl_mc"] < 10_000
+    # An untrained model scores about the uniform 10,000-way guess over PTB's vocabulary. These 12 SGD steps
+    # bring test perplexity to about 1,850 (weight scaling and MC alike, measured on the CPU), so 3,000 leaves room
+    # for another device's dropout masks yet fails a run that did not learn; 100 is far below what 12 steps reach.
+    assert 100 < metrics["test_ppl"] < 3_000 and 100 < metrics["test_ppl_mc"] < 3_000
     epochs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(epochs) == 1 and epochs[0]["valid_ppl"] == pytest.approx(metrics["best_valid_ppl"])
     for name in ("last.pt", "best.pt"):
@@ -106,6 +109,17 @@ def test_multirun_sweep_makes_one_named_run_per_job(tmp_path, tiny_corpus):
     for job in jobs:
         assert json.loads((tmp_path / "sweep" / job / "metrics.json").read_text())["epochs"] == 1
         assert list((tmp_path / "sweep" / job).glob("events.out.tfevents.*"))
+
+
+def test_a_failing_sweep_job_fails_alone_and_the_next_job_still_runs(tmp_path, tiny_corpus):
+    result = run_cli("train", "-m", *TINY, f"data.root={tiny_corpus}", "trainer.epochs=1", "dropout.input=1.2,0.2",
+                     "hydra.sweep.dir=sweep", cwd=tmp_path, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "dropout.input=1.2 is not a probability in [0, 1)" in result.stderr
+    (failed,) = (tmp_path / "sweep").glob("0_*")
+    (succeeded,) = (tmp_path / "sweep").glob("1_*")
+    assert not (failed / "metrics.json").exists()
+    assert json.loads((succeeded / "metrics.json").read_text())["epochs"] == 1
 
 
 def test_help_lists_every_group(tmp_path):

@@ -66,6 +66,30 @@ def test_a_rerun_continues_from_its_own_folder_not_from_resume(tmp_path, tiny_co
     assert [r["epoch"] for r in history(tmp_path / "second")] == [1, 2, 3]
 
 
+def test_a_rerun_after_an_attempt_that_died_before_its_first_checkpoint_starts_clean(tmp_path, tiny_corpus):
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    common = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1", "trainer.max_steps=5", "hydra.run.dir=run"]
+    run_cli("train", *common, cwd=tmp_path)
+    (tmp_path / "run" / "last.pt").unlink()  # as if it died after validating epoch 1, before saving last.pt
+    run_cli("train", *common, cwd=tmp_path)
+    assert [r["epoch"] for r in history(tmp_path / "run")] == [1]
+    # The new events file purges the dead attempt's curves from step 1 on (TensorBoard drops them on reading).
+    newest = max((tmp_path / "run").glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime_ns)
+    starts = [e.step for e in EventFileLoader(str(newest)).Load() if e.HasField("session_log")]
+    assert starts == [1]
+
+
+def test_resuming_into_a_folder_with_a_dead_attempt_takes_the_sources_best_checkpoint(tmp_path, tiny_corpus):
+    common = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1", "trainer.max_steps=5"]
+    run_cli("train", *common, "hydra.run.dir=first", cwd=tmp_path)
+    run_cli("train", *common, "seed=1", "hydra.run.dir=second", cwd=tmp_path)
+    (tmp_path / "second" / "last.pt").unlink()  # a dead attempt's best.pt and history stay behind
+    run_cli("train", *common, f"resume={tmp_path / 'first' / 'last.pt'}", "hydra.run.dir=second", cwd=tmp_path)
+    assert (tmp_path / "second" / "best.pt").read_bytes() == (tmp_path / "first" / "best.pt").read_bytes()
+    assert history(tmp_path / "second") == history(tmp_path / "first")
+
+
 def test_resuming_under_other_settings_is_refused_with_the_keys(tmp_path, tiny_corpus):
     common = [*TINY, f"data.root={tiny_corpus}", "hydra.run.dir=run"]
     run_cli("train", *common, "trainer.epochs=1", cwd=tmp_path)

@@ -11,9 +11,12 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import CompactHydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from vdrnn.config import eval_config, to_container
@@ -33,9 +36,21 @@ commands:
 """
 
 
-def _fail(err: VdrnnError) -> None:
+class JobFailed(CompactHydraException):
+    """A `-m` sweep job's VdrnnError. Hydra prints a CompactHydraException's message without a traceback."""
+
+
+def _fail(err: VdrnnError) -> NoReturn:
+    """Print ``err`` (it names the problem and the fix) and end the job without a traceback.
+
+    A single run exits with status 2. A job of a `-m` sweep raises an Exception instead: Hydra's launcher records
+    it as that job's failure and goes on to the next job (a SystemExit would end the whole sweep there), and once
+    the jobs have run, Hydra reports the first failed one and exits with status 1.
+    """
     log.error("%s", err)
     print(f"error: {err}", file=sys.stderr)
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        raise JobFailed(str(err)) from err
     raise SystemExit(2)
 
 

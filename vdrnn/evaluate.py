@@ -38,8 +38,9 @@ def autocast(device: torch.device, amp: str):
 
 
 def exp_or_inf(loss: float) -> float:
-    """Perplexity from a mean NLL, saturating at inf instead of raising OverflowError."""
-    return math.exp(loss) if loss < 700 else math.inf
+    """Perplexity from a mean NLL, saturating at inf instead of raising OverflowError. A NaN loss stays NaN (it
+    compares false, so it reaches math.exp): a diverged model is then reported as such, not as merely poor."""
+    return math.inf if loss >= 700 else math.exp(loss)
 
 
 @torch.no_grad()
@@ -100,4 +101,4 @@ def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batc
                                          reduction="none").view(-1, replicas)  # [T, replicas]
                 prob_sum[start : start + inputs.shape[0]] += log_p.double().exp().sum(dim=1)
         done += replicas
-    return math.exp(-(prob_sum / samples).log().mean().item())
+    return exp_or_inf(-(prob_sum / samples).log().mean().item())

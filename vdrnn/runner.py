@@ -370,17 +370,27 @@ class EpochTrainer:
         check_resumable(payload["config"], self.raw_config, path)
         checkpoint.check_vocab(payload, self.vocab, path, "resume with the same data.* settings, or use a new output dir")
         checkpoint.load_model_state(self.model, payload, path)
-        self.load_extra_state(payload)  # may replace the optimizer (AWD) before its state is loaded
-        self.optimizer.load_state_dict(payload["optimizer"])
-        if self.average is not None:
-            if "weight_average" not in payload:  # a checkpoint from before trainer.ema existed
-                raise CheckpointError(f"{path} holds no weight average to continue (it was trained before trainer.ema "
-                                      f"existed): resume it with trainer.ema=0")
-            self.average.load_state_dict(payload["weight_average"])
-        self.scaler.load_state_dict(payload["scaler"])
-        set_rng_state(payload["rng"], self.device)
-        self.epoch, self.step = payload["epoch"], payload["step"]
-        self.best_valid, self.train_seconds = payload["best_valid"], payload["train_seconds"]
+        if self.average is not None and "weight_average" not in payload:  # from before trainer.ema existed
+            raise CheckpointError(f"{path} holds no weight average to continue (it was trained before trainer.ema "
+                                  f"existed): resume it with trainer.ema=0")
+        try:
+            self.load_extra_state(payload)  # may replace the optimizer (AWD) before its state is loaded
+            self.optimizer.load_state_dict(payload["optimizer"])
+            if self.average is not None:
+                self.average.load_state_dict(payload["weight_average"])
+            # A run saved without fp16 loss scaling has an empty scaler state, which an enabled GradScaler refuses
+            # to load; switching to trainer.amp=fp16 on resume then starts loss scaling afresh, as a new run would.
+            if payload["scaler"]:
+                self.scaler.load_state_dict(payload["scaler"])
+            set_rng_state(payload["rng"], self.device)
+            self.epoch, self.step = payload["epoch"], payload["step"]
+            self.best_valid, self.train_seconds = payload["best_valid"], payload["train_seconds"]
+        except (KeyError, ValueError, RuntimeError) as err:  # an entry missing, or shaped for another optimizer
+            what = f"it has no {err.args[0]!r} entry" if isinstance(err, KeyError) else str(err).splitlines()[0][:200]
+            raise CheckpointError(
+                f"cannot resume {path}: {what}. It does not hold the training state this run continues from (it was "
+                f"saved by another vdrnn version or under other settings). Pass resume=<the run's own last.pt>, or "
+                f"start a fresh run in a new output dir (init_from={path} starts from its weights)") from err
         self.run_seconds = payload.get("run_seconds", self.train_seconds)  # checkpoints from before max_minutes
         log.info("resumed from %s after epoch %d (step %d)", path, self.epoch, self.step)
 
@@ -400,14 +410,21 @@ class EpochTrainer:
 
     def adopt(self, source: Path) -> None:
         """Resuming another folder's checkpoint: copy that run's best.pt and per-epoch history here too, so
-        that the final test loads the best weights so far (not this run's last ones) and the curves are whole."""
+        that the final test loads the best weights so far (not this run's last ones) and the curves are whole.
+
+        This folder has no last.pt (else the run would continue from it), so a best.pt or history already here is
+        an attempt's that died before its first last.pt: the source's replace them, and without one in the source
+        they go (a stale best.pt would be tested as this run's best)."""
         for name in (checkpoint.BEST, "metrics.jsonl"):
             src, dst = source.parent / name, self.run_dir / name
-            if src.exists() and not dst.exists():
+            if src.exists():
                 checkpoint.copy(src, dst)
+            else:
+                dst.unlink(missing_ok=True)
 
     def truncate_history(self) -> None:
-        """Drop per-epoch records written after the checkpoint we resume from (a crash between the two)."""
+        """Drop per-epoch records written after the checkpoint we resume from (a crash between the two), or all of
+        them on a fresh start (an attempt that died before its first last.pt)."""
         path = self.run_dir / "metrics.jsonl"
         if path.exists():
             kept = [r for r in read_jsonl(path) if r["epoch"] <= self.epoch]
@@ -421,9 +438,10 @@ class EpochTrainer:
             self.restore(resume)
             if resume.expanduser().resolve().parent != self.run_dir.resolve():
                 self.adopt(resume.expanduser())
-            self.truncate_history()
-        logger = RunLogger(self.run_dir, self.raw_config, self.final_tags(),
-                           purge_step=self.step + 1 if resume else None)
+        # What an earlier attempt in this folder logged after the state we start from (everything, on a fresh
+        # start) goes, from metrics.jsonl and from TensorBoard's curves, so that no epoch or step appears twice.
+        self.truncate_history()
+        logger = RunLogger(self.run_dir, self.raw_config, self.final_tags(), purge_step=self.step + 1)
         n_params = sum(p.numel() for p in self.model.parameters())
         log.info("model: %s, %.2fM parameters; dropout %s; device %s; output %s", self.describe_model(),
                  n_params / 1e6, cfg.dropout.scheme, self.device, self.run_dir)

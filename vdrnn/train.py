@@ -193,7 +193,7 @@ class LanguageModelTrainer(EpochTrainer):
 
     def load_extra_state(self, payload: dict[str, Any]) -> None:
         self.averaging, self.valid_history = payload["averaging"], payload["valid_history"]
-        self.stopped = payload["stopped"]
+        self.stopped = payload.get("stopped", False)  # checkpoints from before trainer.stop_nonmono
         if self.averaging:
             self.optimizer = make_optimizer(self.model, self.cfg.trainer, averaging=True)
 

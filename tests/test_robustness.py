@@ -1,0 +1,88 @@
+"""Resuming from checkpoints saved under other settings or by other versions, and perplexities of broken models."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import TINY
+from hydra import compose, initialize_config_module
+
+from vdrnn import checkpoint
+from vdrnn.config import from_dict, to_container
+from vdrnn.dropout import DropoutConfig, make_dropout
+from vdrnn.errors import CheckpointError
+from vdrnn.evaluate import exp_or_inf, mc_perplexity, perplexity
+from vdrnn.model import LanguageModel, ModelConfig
+from vdrnn.train import LanguageModelTrainer
+
+
+def trainer(run_dir, corpus, *overrides) -> LanguageModelTrainer:
+    with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*TINY, "device=cpu", f"data.root={corpus}", *overrides])
+    raw = to_container(cfg)
+    return LanguageModelTrainer(from_dict(raw), run_dir, raw)
+
+
+@pytest.fixture(scope="module")
+def last_pt(tmp_path_factory, tiny_corpus):
+    """The last.pt of a one-epoch run with trainer.amp=off (its GradScaler state is {})."""
+    run_dir = tmp_path_factory.mktemp("run")
+    trainer(run_dir, tiny_corpus, "trainer.epochs=1").fit()
+    return run_dir / checkpoint.LAST
+
+
+def test_fp16_resume_from_a_checkpoint_saved_without_loss_scaling(tmp_path, tiny_corpus, last_pt):
+    t = trainer(tmp_path, tiny_corpus, "trainer.epochs=2")
+    # trainer.amp=fp16 needs CUDA; an enabled GradScaler on the CPU refuses an empty state the same way.
+    t.scaler = torch.amp.GradScaler("cpu", enabled=True)
+    t.restore(last_pt)
+    assert t.epoch == 1 and t.scaler.get_scale() == 2.0**16  # loss scaling starts afresh, as in a new fp16 run
+
+
+def drop_step(payload):
+    del payload["step"]
+
+
+def shrink_optimizer_group(payload):
+    payload["optimizer"]["param_groups"][0]["params"].pop()
+
+
+@pytest.mark.parametrize("damage,reason", [(drop_step, "it has no 'step' entry"),
+                                           (shrink_optimizer_group, "parameter group")],
+                         ids=["missing-entry", "other-optimizer-shape"])
+def test_a_checkpoint_without_the_state_to_continue_is_refused_with_the_fix(tmp_path, tiny_corpus, last_pt,
+                                                                              damage, reason):
+    payload = checkpoint.load(last_pt)
+    damage(payload)
+    path = tmp_path / "old" / "last.pt"
+    path.parent.mkdir()
+    checkpoint.save(payload, path)
+    t = trainer(tmp_path / "run", tiny_corpus, "trainer.epochs=2")
+    with pytest.raises(CheckpointError, match=reason) as err:
+        t.restore(path)
+    assert f"cannot resume {path}" in str(err.value) and "new output dir" in str(err.value)
+
+
+def model_with_output_bias(value: float, vocab: int = 12) -> LanguageModel:
+    """A model whose every prediction is softmax([value, 0, 0, ...]), whatever it reads."""
+    model = LanguageModel(vocab, ModelConfig(num_layers=2, hidden_size=10, impl="reference"),
+                          make_dropout(DropoutConfig(scheme="none"))).eval()
+    with torch.no_grad():
+        model.decoder.weight.zero_()
+        model.decoder.bias.zero_()
+        model.decoder.bias[0] = value
+    return model
+
+
+def test_a_nan_loss_is_a_nan_perplexity_not_inf():
+    assert math.isnan(exp_or_inf(math.nan)) and exp_or_inf(1e4) == math.inf and exp_or_inf(0.0) == 1.0
+    stream = torch.ones(30, dtype=torch.long)
+    assert math.isnan(perplexity(model_with_output_bias(math.nan), stream, batch_size=1, bptt=5))
+
+
+def test_mc_perplexity_of_a_very_poor_model_is_inf_not_an_overflow():
+    # Every target (token 1) gets log p = -720: finite in float64, but e^720 overflows a float.
+    stream = torch.ones(30, dtype=torch.long)
+    assert mc_perplexity(model_with_output_bias(720.0), stream, samples=2, batch=2, bptt=5) == math.inf
