@@ -10,6 +10,7 @@ import pytest
 import torch
 from conftest import TINY, run_cli
 
+from vdrnn.data import ptb
 from vdrnn.dropout import DropoutConfig, make_dropout
 from vdrnn.model import LanguageModel, ModelConfig
 
@@ -106,8 +107,12 @@ def test_awd_preset_trains_with_nt_asgd_switch_and_variable_bptt(tmp_path, tiny_
     assert len(records) == 4 and "switching to averaged SGD" in log
     last = torch.load(tmp_path / "run" / "last.pt", weights_only=True)
     assert last["averaging"] and "ax" in str(last["optimizer"]["state"][0].keys())
-    # Variable BPTT: the step count differs from the fixed-length count of an epoch.
-    fixed = -(-((len(tiny_corpus.joinpath("ptb.train.txt").read_text().split()) + 400) // 4 - 1) // 6)
+    # Variable BPTT: the step count differs from the fixed-length count of an epoch, computed from the run's own
+    # data and settings: ceil((rows - 1) / bptt) minibatches of the [N // batch_size, batch_size] training stream.
+    data = json.loads((tmp_path / "run" / "metrics.json").read_text())["config"]["data"]
+    tokens = len(ptb.tokenize(tiny_corpus.joinpath("ptb.train.txt").read_text().splitlines()))  # words + <eos>
+    assert data["variable_bptt"] and tokens > 10 * data["batch_size"] * data["bptt"]  # an epoch of many minibatches
+    fixed = math.ceil((tokens // data["batch_size"] - 1) / data["bptt"])
     assert records[0]["step"] != fixed
     assert math.isfinite(json.loads((tmp_path / "run" / "metrics.json").read_text())["test_ppl"])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 
+import pytest
 import torch
 
 from vdrnn.dropout import DropoutConfig, make_dropout
@@ -72,14 +73,73 @@ def test_mc_splits_samples_into_passes():
     assert abs(ppl - math.exp(-sum(math.log(mean_p[t]) for t in stream[1:].tolist()) / 5)) < 1e-5
 
 
-def test_mc_is_stochastic_and_close_to_weight_scaling_with_variational_dropout():
-    model = model_with("variational", input=0.3, recurrent=0.3, output=0.3)
-    stream = torch.randint(0, V, (80,))
+def counting_batch(batch: int, steps: int) -> torch.Tensor:
+    """[steps, batch] sequences that count up from a random start: w, w+1, ... (mod V)."""
+    return (torch.randint(0, V, (1, batch)) + torch.arange(steps)[:, None]) % V
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A variational-dropout model (word types included) trained for a few seconds on counting sequences: its
+    predictions are far from uniform, so MC and weight scaling differ from V and from each other."""
+    model = model_with("variational", embedding=0.2, input=0.3, recurrent=0.3, output=0.3).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    for _ in range(30):  # measured: weight-scaling perplexity 2.2 on COUNTING after 30 steps (uniform: V = 12)
+        tokens = counting_batch(16, 11)
+        logits, _ = model(tokens[:-1], model.initial_state(16, "cpu"))
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[1:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+# A test stream the model has learned: two counting runs (the jump at 30 is not predictable).
+COUNTING = torch.cat([(torch.arange(30) + 3) % V, (torch.arange(30) + 7) % V])
+
+
+def mc_reference(model, stream: torch.Tensor, samples: int, batch: int, word_dropout: bool = False) -> float:
+    """ppl_MC computed directly: each pass of up to ``batch`` samples reads the whole stream in one forward call
+    (one mask draw per sample: what masks="stream" keeps over the minibatches), softmax in float64, each token's
+    probability averaged over all samples, then the log."""
+    probs, done = [], 0
+    with torch.no_grad():
+        while done < samples:
+            k = min(batch, samples - done)
+            logits, _ = model(stream[:-1, None].expand(-1, k), model.initial_state(k, "cpu"), stochastic=True,
+                              word_dropout=word_dropout)
+            probs.append(logits.double().softmax(dim=-1))  # [T, k, V]
+            done += k
+    mean = torch.cat(probs, dim=1).mean(dim=1)  # [T, V]: the average over all samples
+    return math.exp(-mean.gather(1, stream[1:, None]).log().mean().item())
+
+
+def test_mc_perplexity_is_the_average_probability_over_the_same_seeded_masks(trained):
+    # 6 samples, 4 side by side: passes of 4 and 2 columns; bptt 7 cuts the stream into 9 minibatches, the last short.
     torch.manual_seed(1)
-    a = mc_perplexity(model, stream, samples=8, batch=8, bptt=10)
-    b = mc_perplexity(model, stream, samples=8, batch=8, bptt=10)
-    scale = perplexity(model, stream, 1, 10)
-    assert a != b and abs(math.log(a) - math.log(scale)) < 0.2
+    got = mc_perplexity(trained, COUNTING, samples=6, batch=4, bptt=7)
+    torch.manual_seed(1)
+    expected = mc_reference(trained, COUNTING, samples=6, batch=4)
+    assert got == pytest.approx(expected, rel=1e-5)
+    # The masks matter: an MC that ignored them would be weight scaling, and this model is far from uniform.
+    scale = perplexity(trained, COUNTING, 1, 7)
+    assert scale < V / 2 and got < V / 2  # measured: 2.19 and 2.63
+    assert abs(math.log(got) - math.log(scale)) > 0.05  # measured: 0.18
+    assert mc_perplexity(trained, COUNTING, samples=6, batch=4, bptt=7) != got  # unseeded: other masks
+
+
+def test_mc_word_dropout_drops_word_types_when_asked(trained):
+    # One minibatch (bptt >= stream): word-type masks are drawn per forward call, so the reference's single call
+    # draws what mc_perplexity draws.
+    results = {}
+    for word_dropout in (False, True):
+        torch.manual_seed(2)
+        results[word_dropout] = mc_perplexity(trained, COUNTING, samples=4, batch=4, bptt=len(COUNTING),
+                                              word_dropout=word_dropout)
+        torch.manual_seed(2)
+        assert results[word_dropout] == pytest.approx(
+            mc_reference(trained, COUNTING, samples=4, batch=4, word_dropout=word_dropout), rel=1e-5)
+    assert abs(math.log(results[True]) - math.log(results[False])) > 1e-3  # measured: 0.029 (2.40 vs 2.47)
 
 
 def test_stream_masks_are_kept_for_the_whole_stream_as_gals_mc_test():

@@ -281,7 +281,8 @@ def test_unknown_init_names_the_choices():
 
 def test_mc_with_masks_shared_by_the_batch_runs_its_passes_one_by_one():
     torch.manual_seed(0)
-    config = SentimentModelConfig(hidden_size=8, impl="reference")
+    # init_range 0.5, not the default 0.05: outputs far enough from 1/2 for the samples to differ measurably.
+    config = SentimentModelConfig(hidden_size=8, impl="reference", init_range=0.5)
     shared = make_dropout(DropoutConfig(scheme="variational", input=0.5, recurrent=0.5, locked_mask="batch"))
     model = SentimentModel(20, 2, config, shared)
     split = Split(torch.randint(2, 20, (6, 7)), torch.full((6,), 7), torch.zeros(6, dtype=torch.long))
@@ -291,6 +292,10 @@ def test_mc_with_masks_shared_by_the_batch_runs_its_passes_one_by_one():
         results.append(predict_mc(model, split, CLASSIFICATION, samples=8, samples_per_pass=per_pass,
                                   batch_size=48))
     assert torch.equal(results[0], results[1])
+    # ... and they are 8 samples: one sample from the same seed (as a model that ignored its masks would give) differs.
+    torch.manual_seed(1)
+    one_sample = predict_mc(model, split, CLASSIFICATION, samples=1, samples_per_pass=1, batch_size=48)
+    assert (results[0] - one_sample).abs().max() > 1e-3  # measured: 0.014
 
 
 def test_the_output_mask_drops_inputs_of_the_head():

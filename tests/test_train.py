@@ -204,3 +204,142 @@ def test_eval_of_an_averaged_sgd_runs_last_checkpoint_tests_the_averages(tmp_pat
     for name in ("best.pt", "last.pt"):
         evaluated = evaluate(t.raw_config, tmp_path / name, checkpoint.load(tmp_path / name))
         assert evaluated["valid_ppl"] == pytest.approx(metrics["valid_ppl"], rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- AWD's AR / TAR
+def last_layer_output(model, inputs, state) -> torch.Tensor:
+    """The last recurrent layer's output, run layer by layer without any mask (dropout=none)."""
+    x = model.embedding(inputs)
+    for layer, layer_state in zip(model.layers, state, strict=True):
+        x, _ = layer(x, layer_state, None)
+    return x
+
+
+def step_gradients(t: LanguageModelTrainer, inputs, targets) -> list[torch.Tensor]:
+    """The gradient train_step leaves on the parameters; lr 0 leaves the weights as they were."""
+    before = [p.detach().clone() for p in t.model.parameters()]
+    t.train_step(inputs, targets, t.model.initial_state(4, "cpu"), lr=0.0)
+    assert all(torch.equal(p, b) for p, b in zip(t.model.parameters(), before, strict=True))
+    return [p.grad.clone() for p in t.model.parameters()]
+
+
+@pytest.mark.parametrize("knob", ["ar", "tar"])
+def test_ar_and_tar_add_their_penalty_on_the_last_layers_output_to_the_objective(tmp_path, tiny_corpus, knob):
+    """Merity et al.: loss + ar * mean(h_L^2) (AR) or + tar * mean((h_L[t+1] - h_L[t])^2) (TAR), h_L the last
+    layer's output [T, B, H], the mean over all its entries and not scaled by T as the summed NLL is."""
+    weight = 2.0  # AWD's AR (conf/model/awd.yaml: ar 2, tar 1); any value > 0 will do
+    t = trainer(tmp_path, tiny_corpus, f"trainer.{knob}={weight}")  # dropout=none: raw and dropped outputs agree
+    inputs, targets = t.train_data[:6], t.train_data[1:7]
+    got = step_gradients(t, inputs, targets)
+    params = list(t.model.parameters())
+    h = last_layer_output(t.model, inputs, t.model.initial_state(4, "cpu"))
+    nll = 6 * torch.nn.functional.cross_entropy(t.model.decoder(h).flatten(0, 1), targets.flatten())  # sum over T=6
+    penalty = h.pow(2).mean() if knob == "ar" else (h[1:] - h[:-1]).pow(2).mean()
+    nll_grad = torch.autograd.grad(nll, params, retain_graph=True, allow_unused=True)
+    penalty_grad = torch.autograd.grad(penalty, params, allow_unused=True)
+    zero = torch.zeros_like
+    expected = [(n if n is not None else zero(p)) + weight * (r if r is not None else zero(p))
+                for p, n, r in zip(params, nll_grad, penalty_grad, strict=True)]
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-7)
+    # The penalty's share is far outside that tolerance (so leaving it out, or scaling it by T, would fail):
+    share = max(((weight * r).abs() / (1e-7 + 1e-5 * e.abs())).max().item()
+                for r, e in zip(penalty_grad, expected, strict=True) if r is not None)
+    assert share > 100  # measured: 3.7e4 (ar), 1.2e3 (tar)
+
+
+def test_ar_penalizes_the_dropped_output_and_tar_the_raw_one(tmp_path, tiny_corpus):
+    """With output dropout the two tensors differ: AR reads the output after its mask, TAR before it."""
+    t = trainer(tmp_path, tiny_corpus, "dropout=variational", "dropout.embedding=0", "dropout.input=0",
+                "dropout.recurrent=0", "dropout.output=0.5", "trainer.ar=2.0", "trainer.tar=1.0")
+    inputs, targets = t.train_data[:6], t.train_data[1:7]
+    torch.manual_seed(3)
+    got = step_gradients(t, inputs, targets)
+    params = list(t.model.parameters())
+    torch.manual_seed(3)
+    raw = last_layer_output(t.model, inputs, t.model.initial_state(4, "cpu"))  # draws nothing: those p are 0
+    # The only draw of the step: the output mask, one [B, H] Bernoulli(1 - 0.5) / (1 - 0.5) per sequence.
+    mask = torch.empty(4, raw.shape[-1]).bernoulli_(0.5).div_(0.5)
+    dropped = raw * mask
+    assert not torch.allclose(dropped, raw)
+
+    def gradient(ar_on, tar_on):
+        nll = 6 * torch.nn.functional.cross_entropy(t.model.decoder(dropped).flatten(0, 1), targets.flatten())
+        loss = nll + 2.0 * ar_on.pow(2).mean() + 1.0 * (tar_on[1:] - tar_on[:-1]).pow(2).mean()
+        return torch.autograd.grad(loss, params, retain_graph=True)
+
+    for g, e in zip(got, gradient(dropped, raw), strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-7)
+    swapped = gradient(raw, dropped)  # AR on the raw output, TAR on the dropped one: another objective
+    assert not all(torch.allclose(g, s, rtol=1e-3, atol=1e-5) for g, s in zip(got, swapped, strict=True))
+
+
+# ----------------------------------------------------------------------------- weight decay
+@pytest.mark.parametrize("mode", ["gal", "l2"])
+def test_weight_decay_gal_shrinks_after_the_step_and_l2_goes_through_the_lr(tmp_path, tiny_corpus, mode):
+    """gal: w <- (w - lr * g) * (1 - lambda), independent of lr; l2: w <- w - lr * (g + lambda * w)."""
+    decay, lr = 0.1, 0.5  # any lambda in (0, 1) and lr > 0
+    results, w0 = {}, None
+    for name, overrides, step_lr in (("plain", [], lr), ("lr0", [f"trainer.weight_decay={decay}"], 0.0),
+                                     ("lr", [f"trainer.weight_decay={decay}"], lr)):
+        (tmp_path / name).mkdir()
+        t = trainer(tmp_path / name, tiny_corpus, f"trainer.weight_decay_mode={mode}", *overrides)
+        start = [p.detach().clone() for p in t.model.parameters()]
+        w0 = w0 or start
+        assert all(torch.equal(a, b) for a, b in zip(start, w0, strict=True))  # the seed's init, every time
+        t.train_step(t.train_data[:6], t.train_data[1:7], t.model.initial_state(4, "cpu"), lr=step_lr)
+        results[name] = [p.detach().clone() for p in t.model.parameters()]
+    assert all(not torch.equal(p, w) for p, w in zip(results["plain"], w0, strict=True))  # the step did move them
+    for w, at_lr0, plain, at_lr in zip(w0, results["lr0"], results["plain"], results["lr"], strict=True):
+        if mode == "gal":
+            torch.testing.assert_close(at_lr0, w * (1 - decay), rtol=1e-6, atol=0)
+            torch.testing.assert_close(at_lr, plain * (1 - decay), rtol=1e-5, atol=1e-7)
+        else:
+            assert torch.equal(at_lr0, w)  # lr 0: the L2 term is in the gradient, which lr 0 ignores
+            torch.testing.assert_close(at_lr, plain - lr * decay * w, rtol=1e-5, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- variable BPTT
+def test_variable_bptt_minibatches_cover_the_stream_once_with_random_lengths(tmp_path, tiny_corpus):
+    t = trainer(tmp_path, tiny_corpus, "data.variable_bptt=true")  # data.bptt=6
+    torch.manual_seed(0)
+    batches = list(t.minibatches())
+    torch.manual_seed(0)
+    assert [x.shape[0] for x, _ in list(t.minibatches())] == [x.shape[0] for x, _ in batches]  # the seed decides
+    data = t.train_data
+    start = 0
+    for inputs, targets in batches:  # in order, each row once, the targets the next row of the stream
+        length = inputs.shape[0]
+        assert torch.equal(inputs, data[start : start + length]) and torch.equal(targets, data[start + 1 : start + 1 + length])
+        start += length
+    assert start == data.shape[0] - 1  # every row but the last is read (it is only a target)
+    lengths = [x.shape[0] for x, _ in batches]
+    # Merity et al.'s minimum of 5 steps, reached (the N(6, 5) draws often fall below it); only the last
+    # minibatch, cut by the end of the stream, may be shorter.
+    assert min(lengths[:-1]) == 5 and lengths[-1] >= 1
+    assert max(lengths) > 6 and len(set(lengths)) > 3  # jittered around bptt, not bptt every time
+
+
+# ----------------------------------------------------------------------------- MC settings reach mc_perplexity
+@pytest.mark.parametrize("word_dropout,masks", [(True, "minibatch"), (False, "stream")])
+def test_the_test_passes_the_mc_settings_to_mc_perplexity(tmp_path, tiny_corpus, monkeypatch, word_dropout, masks):
+    import inspect
+
+    import vdrnn.train
+    from vdrnn.evaluate import mc_perplexity
+
+    calls = []
+
+    def fake(*args, **kwargs):
+        calls.append(inspect.signature(mc_perplexity).bind(*args, **kwargs).arguments)
+        return 7.0
+
+    monkeypatch.setattr(vdrnn.train, "mc_perplexity", fake)
+    t = trainer(tmp_path, tiny_corpus, "eval=mc", "eval.samples=3", "eval.batch=2",
+                f"eval.word_dropout={str(word_dropout).lower()}", f"eval.mc_masks={masks}")
+    metrics = t.final_metrics()
+    assert metrics["test_ppl_mc"] == 7.0 and len(calls) == 1
+    got = calls[0]
+    assert got["model"] is t.model and torch.equal(got["stream"], t.corpus.test)
+    assert (got["samples"], got["batch"], got["bptt"]) == (3, 2, 6)
+    assert got["word_dropout"] is word_dropout and got["masks"] == masks and got.get("amp", "off") == "off"

@@ -1,11 +1,12 @@
-"""Training a sentiment model: minibatches of whole reviews (or chunks), early stopping on validation.
+"""Training a sentiment model: minibatches of whole reviews (or chunks), the best-validation epoch kept.
 
 One epoch reads the shuffled training set in minibatches of ``data.batch_size`` sequences, one
-optimizer step each (Adam in Gal's scripts), dropout masks drawn per minibatch and per sample.
-After each epoch: validation metrics, the test metrics of this epoch's weights (weight scaling; the
-per-epoch curve of Gal's figures, in ``metrics.jsonl``), ``last.pt`` and, when validation improved,
-``best.pt``. At the end the best-validation checkpoint is tested with weight scaling and, with
-``eval=mc``, MC dropout: those are the headline numbers in ``metrics.json``.
+optimizer step each (Adam in Gal's scripts), dropout masks drawn for each minibatch as the scheme says
+(vdrnn.dropout). Every epoch of ``trainer.epochs`` runs (no early stopping); after each: validation metrics,
+the test metrics of this epoch's weights (weight scaling; the per-epoch curve of Gal's figures, in
+``metrics.jsonl``), ``best.pt`` when validation improved, and ``last.pt``. At the end the best-validation
+checkpoint is tested with weight scaling and, with ``eval=mc``, MC dropout: those are the headline numbers in
+``metrics.json``.
 
 Model selection uses the validation loss the model is trained on: NLL (IMDB) or RMSE (scale).
 Resuming from ``last.pt`` restores model, optimizer, RNG states and progress, so the shuffles and
