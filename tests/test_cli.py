@@ -95,7 +95,10 @@ def test_eval_command_reproduces_the_weight_scaling_numbers(ptb_run, ptb_dir):
                      "hydra.run.dir=eval", cwd=run.parent)
     evaluated = json.loads((run.parent / "eval" / "eval.json").read_text())
     trained = json.loads((run / "metrics.json").read_text())
-    assert evaluated["test_ppl"] == pytest.approx(trained["test_ppl"], rel=1e-6)
+    # The same weights and data in another process: equal on the CPU; on CUDA, TF32 products and cuDNN may pick other
+    # algorithms in the new process (measured on an H200: 1719.219 vs 1719.245, 1.5e-5).
+    tolerance = 1e-4 if torch.cuda.is_available() else 1e-6
+    assert evaluated["test_ppl"] == pytest.approx(trained["test_ppl"], rel=tolerance)
     assert "test_ppl_mc" not in evaluated and '"valid_ppl"' in result.stdout
 
 
