@@ -298,6 +298,15 @@ def test_per_gate_masks_are_refused_where_the_scheme_draws_none(name, p):
         DropoutConfig(scheme=name, per_gate=True, **p)
 
 
+@pytest.mark.parametrize("scheme", ["variational", "gaussian"])
+def test_untied_gates_without_a_gate_mask_are_refused(scheme):
+    """Untied gates differ from tied ones only in the input and h_{t-1} masks; word types and the output are not
+    per gate."""
+    with pytest.raises(ConfigError, match="dropout.input, dropout.hidden and dropout.recurrent are all 0"):
+        DropoutConfig(scheme=scheme, per_gate=True, embedding=0.2, output=0.5)
+    DropoutConfig(scheme=scheme, per_gate=True, recurrent=0.2)  # one gate mask is enough
+
+
 @pytest.mark.parametrize("p", [{"input": False}, {"recurrent": False}, {"hidden": False}])
 def test_bools_are_not_probabilities(p):
     (site, value), = p.items()

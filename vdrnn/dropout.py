@@ -162,6 +162,12 @@ class DropoutConfig:
                     f"dropout.{site}={p} is not used by scheme {self.scheme!r} (its sites: {allowed}); "
                     f"set `dropout.{site}=0` or pick a scheme that drops {site}"
                 )
+        if self.per_gate and not any(getattr(self, site) for site in ("input", "hidden", "recurrent")):
+            raise ConfigError(
+                "cell.gates=untied gives every gate its own masks on the layer inputs and h_{t-1}, and "
+                "dropout.input, dropout.hidden and dropout.recurrent are all 0: untied would change nothing. "
+                "Set one of them, or use cell.gates=tied"
+            )
         if self.learn_alpha and not any(getattr(self, site) for site in self.LEARNED_SITES):
             raise ConfigError(
                 f"dropout.learn_alpha=true learns the noise of dropout.{', dropout.'.join(self.LEARNED_SITES)}, and "

@@ -60,7 +60,7 @@ class LSTMLayer(nn.Module):
             w_ih, w_hh, b_ih, b_hh = params
             params = (w_ih, w_hh * masks.w_hh, b_ih, b_hh)
         if masks.recurrent:
-            if self.impl == "fast" or (self.impl == "auto" and x.is_cuda):
+            if uses_kernels(self.impl, x):
                 from vdrnn.fused import lstm_fused
 
                 return lstm_fused(x, state, params, masks)
@@ -79,8 +79,18 @@ class LSTMLayer(nn.Module):
         return y, (h.squeeze(0), c.squeeze(0))
 
     def parameters_tuple(self) -> tuple[torch.Tensor, ...]:
-        m = self.lstm
-        return m.weight_ih_l0, m.weight_hh_l0, m.bias_ih_l0, m.bias_hh_l0
+        return one_layer_parameters(self.lstm)
+
+
+def uses_kernels(impl: str, x: torch.Tensor) -> bool:
+    """``model.impl``: does a masked recurrence on ``x`` run the fused Triton kernels (``fast``, or ``auto`` on CUDA
+    tensors) rather than the reference loop?"""
+    return impl == "fast" or (impl == "auto" and x.is_cuda)
+
+
+def one_layer_parameters(module: nn.RNNBase) -> tuple[torch.Tensor, ...]:
+    """(W_ih, W_hh, b_ih, b_hh) of a one-layer nn.LSTM / nn.GRU / nn.RNN, as the recurrence functions take them."""
+    return module.weight_ih_l0, module.weight_hh_l0, module.bias_ih_l0, module.bias_hh_l0
 
 
 def lstm_with_weights(x: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor], params: tuple[torch.Tensor, ...]):
@@ -238,8 +248,7 @@ class _SingleStateLayer(nn.Module):
         return self.reference
 
     def parameters_tuple(self) -> tuple[torch.Tensor, ...]:
-        m = self.module
-        return m.weight_ih_l0, m.weight_hh_l0, m.bias_ih_l0, m.bias_hh_l0
+        return one_layer_parameters(self.module)
 
 
 class GRULayer(_SingleStateLayer):
@@ -256,7 +265,7 @@ class GRULayer(_SingleStateLayer):
         self.impl = impl
 
     def masked_loop(self, x: torch.Tensor):
-        if self.impl == "fast" or (self.impl == "auto" and x.is_cuda):
+        if uses_kernels(self.impl, x):
             from vdrnn.fused_gru import gru_fused  # imports this module: not at its top
 
             return gru_fused
