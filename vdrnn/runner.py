@@ -300,6 +300,8 @@ class EpochTrainer:
             mean_loss, wps = window.read()
             if not math.isfinite(mean_loss):
                 raise self.diverged(f"training loss is {mean_loss} at step {self.step}")
+            # train/loss is the window's mean; train/grad_norm the norm (before clipping) of this step alone: a sample,
+            # since a mean would read every step's norm off the device; train/lr the epoch's base lr.
             logger.scalars({"train/loss": mean_loss, **self.loss_scalars(mean_loss), "train/lr": lr,
                             "train/grad_norm": float(grad_norm), "train/wps": wps}, self.step)
             bar.set_postfix(loss=f"{mean_loss:.4f}", wps=f"{wps:,.0f}", lr=f"{lr:.4g}")
