@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -58,6 +59,20 @@ def run_cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedPr
     if check and result.returncode != 0:
         raise AssertionError(f"vdrnn {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def history(run: Path) -> list[dict]:
+    """A run's metrics.jsonl, one record per epoch, read strictly (every line must be whole JSON)."""
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def events_of(run: Path):
+    """A run folder's TensorBoard events, loaded with every scalar point kept."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    events.Reload()
+    return events
 
 
 # Overrides that make a run take seconds on the CPU: a small model on the tiny corpus.

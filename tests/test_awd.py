@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from conftest import TINY, run_cli
+from conftest import TINY, history, run_cli
 
 from vdrnn.data import ptb
 from vdrnn.dropout import DropoutConfig, make_dropout
@@ -103,7 +103,7 @@ def test_awd_preset_trains_with_nt_asgd_switch_and_variable_bptt(tmp_path, tiny_
     # nonmono=1 and a large lr make the switch to averaged SGD happen within a few epochs.
     result = awd_cli(tmp_path, tiny_corpus, "trainer.epochs=4", "trainer.nonmono=1", "trainer.lr=60")
     log = result.stderr + result.stdout
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    records = history(tmp_path / "run")
     assert len(records) == 4 and "switching to averaged SGD" in log
     last = torch.load(tmp_path / "run" / "last.pt", weights_only=True)
     assert last["averaging"] and "ax" in str(last["optimizer"]["state"][0].keys())

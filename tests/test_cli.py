@@ -7,8 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import TINY, run_cli
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from conftest import TINY, events_of, history, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +35,7 @@ def test_train_writes_metrics_checkpoints_and_logs(ptb_run):
     # bring test perplexity to about 1,850 (weight scaling and MC alike, measured on the CPU), so 3,000 leaves room
     # for another device's dropout masks yet fails a run that did not learn; 100 is far below what 12 steps reach.
     assert 100 < metrics["test_ppl"] < 3_000 and 100 < metrics["test_ppl_mc"] < 3_000
-    epochs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    epochs = history(run)
     assert len(epochs) == 1 and epochs[0]["valid_ppl"] == pytest.approx(metrics["best_valid_ppl"])
     for name in ("last.pt", "best.pt"):
         payload = torch.load(run / name, weights_only=True)
@@ -48,8 +47,7 @@ def test_tensorboard_events_read_back_with_hparams_in_the_same_file(ptb_run):
     run, _ = ptb_run
     events = list(run.glob("events.out.tfevents.*"))
     assert len(events) == 1  # one run per job: hparams did not create a second one
-    acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
-    acc.Reload()
+    acc = events_of(run)
     tags = set(acc.Tags()["scalars"])
     assert TRAIN_TAGS | FINAL_TAGS <= tags
     assert [e.step for e in acc.Scalars("train/loss")] == [4, 8, 12]
@@ -77,10 +75,9 @@ def test_learned_alpha_is_trained_logged_and_kept_at_most_one(tmp_path, tiny_cor
     learned = log_alpha["noise_scales.log_alpha.input0"]
     assert not torch.allclose(learned, torch.full_like(learned, math.log(0.3 / 0.7)))  # moved from alpha = p / (1 - p)
     assert noise["alpha_input0"] == pytest.approx(log_alpha["noise_scales.log_alpha.input0"].exp().mean().item())
-    epochs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    epochs = history(run)
     assert all("alpha_output" in record and "kl" in record for record in epochs)
-    acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
-    acc.Reload()
+    acc = events_of(run)
     assert {"noise/alpha_input0", "noise/p_output", "noise/kl"} <= set(acc.Tags()["scalars"])
     assert len(acc.Scalars("noise/kl")) == 2  # one point per epoch
     # `vdrnn eval` rebuilds the learned scales from the checkpoint's config and loads them with the weights.

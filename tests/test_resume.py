@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, run_cli
+from conftest import TINY, history, run_cli
 
 from vdrnn.errors import ConfigError
 from vdrnn.runner import check_resumable
@@ -17,10 +17,6 @@ pytestmark = pytest.mark.slow
 
 VARIATIONAL = ["dropout=variational", "dropout.embedding=0.2", "dropout.input=0.3", "dropout.recurrent=0.3",
                "dropout.output=0.3", "trainer.lr_decay_start=1", "trainer.lr_decay=2", "trainer.weight_decay=1e-4"]
-
-
-def history(run):
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.parametrize("variant", [[], ["trainer.ema=0.9"], ["dropout.scheme=gaussian"],

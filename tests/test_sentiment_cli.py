@@ -7,8 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import real_data, run_cli
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from conftest import events_of, history, real_data, run_cli
 
 from vdrnn.data import imdb, scale
 
@@ -73,7 +72,7 @@ def test_imdb_run_writes_metrics_checkpoints_and_events(imdb_run):
     low, high = metrics["test_ece_mc_minus_ws_ci"]
     assert metrics["test_ece_mc_minus_ws"] == pytest.approx(metrics["test_ece_mc"] - metrics["test_ece"])
     assert low <= metrics["test_ece_mc_minus_ws"] <= high
-    epochs = [json.loads(line) for line in (imdb_run / "metrics.jsonl").read_text().splitlines()]
+    epochs = history(imdb_run)
     assert [e["epoch"] for e in epochs] == [1, 2] and all("test_accuracy" in e and "valid_nll" in e for e in epochs)
     assert min(e["valid_nll"] for e in epochs) == pytest.approx(metrics["best_valid_nll"])
     for name in ("last.pt", "best.pt"):
@@ -81,8 +80,7 @@ def test_imdb_run_writes_metrics_checkpoints_and_events(imdb_run):
         assert payload["config"]["data"]["name"] == "imdb" and "module.weight_hh_l0" in "".join(payload["model"])
     events = list(imdb_run.glob("events.out.tfevents.*"))
     assert len(events) == 1  # hparams live in the run's own file
-    acc = EventAccumulator(str(imdb_run), size_guidance={"scalars": 0})
-    acc.Reload()
+    acc = events_of(imdb_run)
     tags = set(acc.Tags()["scalars"])
     assert {"train/loss", "train/lr", "train/grad_norm", "train/wps", "valid/accuracy", "best/valid_nll",
             "test_per_epoch/accuracy", "test/accuracy", "test/accuracy_mc", "test/ece_mc", "test/ece_mc_minus_ws"} <= tags
@@ -102,7 +100,7 @@ def test_eval_command_reproduces_the_test_numbers(imdb_run, imdb_dir):
 def test_a_finished_run_resumes_from_last_pt_for_more_epochs(imdb_run, imdb_dir):
     run_cli("train", "dataset=imdb", "cell=gru", "dropout=variational", *SMALL, f"data.root={imdb_dir}",
             "eval=mc", "eval.samples=4", "eval.batch=2", "trainer.epochs=3", "hydra.run.dir=run", cwd=imdb_run.parent)
-    epochs = [json.loads(line)["epoch"] for line in (imdb_run / "metrics.jsonl").read_text().splitlines()]
+    epochs = [record["epoch"] for record in history(imdb_run)]
     assert epochs == [1, 2, 3] and "resumed from" in (imdb_run / "vdrnn.log").read_text()
 
 
