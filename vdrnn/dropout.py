@@ -35,8 +35,9 @@ test stream (``eval.mc_masks=stream``, as Gal's ``run_MC_test``; ``minibatch`` r
 minibatch, as in training; Zaremba's per-step masks are fresh either way), and word-type dropout is off
 (``eval.word_dropout=false``, as in Gal's code).
 
-Each scheme is a :class:`DropoutScheme`; ``make_dropout`` is the one factory. Layers receive
-their masks as a :class:`LayerMasks`; the scheme decides shapes, the layer only multiplies.
+Each scheme is a :class:`DropoutScheme`, listed once in ``SCHEME_SPECS`` with the sites it reads;
+``make_dropout`` is the one factory. Layers receive their masks as a :class:`LayerMasks`; the scheme
+decides shapes, the layer only multiplies.
 """
 
 from __future__ import annotations
@@ -50,7 +51,34 @@ from torch import nn
 
 from vdrnn.errors import ConfigError
 
-SCHEMES = ("none", "zaremba", "moon", "variational", "gaussian", "awd")
+
+@dataclass(frozen=True)
+class SchemeSpec:
+    """What the config checks and ``make_dropout`` know of one scheme."""
+
+    make: Callable[[DropoutConfig], DropoutScheme]  # its constructor (a lambda: the classes are defined below)
+    # The ``dropout.*`` probabilities it reads; a non-zero probability anywhere else is a configuration error,
+    # because it would silently do nothing (or silently turn one scheme into another).
+    sites: tuple[str, ...]
+    per_gate: bool = False  # has a separate mask for every gate with ``cell.gates=untied``
+    locked_mask: bool = False  # draws fixed-over-time masks as ``dropout.locked_mask`` says
+
+
+# The one list of schemes: SCHEMES, DropoutConfig's checks, make_dropout and the report's run names read it.
+SCHEME_SPECS = {
+    "none": SchemeSpec(lambda config: DropoutScheme(config), sites=()),
+    "zaremba": SchemeSpec(lambda config: ZarembaDropout(config), sites=("input", "hidden", "output")),
+    "moon": SchemeSpec(lambda config: MoonDropout(config), sites=("cell", "embedding")),
+    "variational": SchemeSpec(lambda config: VariationalDropout(config),
+                              sites=("embedding", "input", "hidden", "recurrent", "output"),
+                              per_gate=True, locked_mask=True),
+    "gaussian": SchemeSpec(lambda config: GaussianDropout(config),
+                           sites=("embedding", "input", "hidden", "recurrent", "output"),
+                           per_gate=True, locked_mask=True),
+    "awd": SchemeSpec(lambda config: AWDDropout(config),
+                      sites=("embedding", "input", "hidden", "output", "weight"), locked_mask=True),
+}
+SCHEMES = tuple(SCHEME_SPECS)
 GRANULARITIES = ("sample", "batch")
 CELL_SCALES = ("h", "c")
 
@@ -89,24 +117,16 @@ class DropoutConfig:
     learn_alpha: bool = False
     kl_weight: float = 1.0
 
-    # Sites each scheme drives; a non-zero probability anywhere else is a configuration error,
-    # because it would silently do nothing (or silently turn one scheme into another).
-    ALLOWED = {
-        "none": (),
-        "zaremba": ("input", "hidden", "output"),
-        "moon": ("cell", "embedding"),
-        "variational": ("embedding", "input", "hidden", "recurrent", "output"),
-        "gaussian": ("embedding", "input", "hidden", "recurrent", "output"),
-        "awd": ("embedding", "input", "hidden", "output", "weight"),
-    }
+    # Derived from SCHEME_SPECS: the sites each scheme drives, and the schemes with per-gate masks.
+    ALLOWED = {name: spec.sites for name, spec in SCHEME_SPECS.items()}
     SITES = ("embedding", "input", "hidden", "recurrent", "output", "cell", "weight")
-    PER_GATE_SCHEMES = ("variational", "gaussian")
+    PER_GATE_SCHEMES = tuple(name for name, spec in SCHEME_SPECS.items() if spec.per_gate)
     LEARNED_SITES = ("input", "hidden", "recurrent", "output")  # the sites whose alpha learn_alpha learns
     # Schemes that read each mask granularity; elsewhere a non-default one would silently do nothing.
     # Only Gal's (Bernoulli or Gaussian) and AWD's layers draw fixed-over-time masks through ``locked_mask``
     # (Moon's cell mask is always one per sample); word-type masks exist only where the embedding site does.
     MASK_USERS = {
-        "locked_mask": ("variational", "gaussian", "awd"),
+        "locked_mask": tuple(name for name, spec in SCHEME_SPECS.items() if spec.locked_mask),
         "embedding_mask": tuple(name for name, sites in ALLOWED.items() if "embedding" in sites),
     }
 
@@ -130,9 +150,10 @@ class DropoutConfig:
                 )
         if self.per_gate and self.scheme not in self.PER_GATE_SCHEMES:
             raise ConfigError(
-                f"cell.gates=untied gives every gate its own dropout masks, which only dropout=variational and "
-                f"dropout=gaussian draw; scheme {self.scheme!r} would ignore it. Use cell.gates=tied, or "
-                f"dropout=variational_untied / dropout=gaussian_untied"
+                f"cell.gates=untied gives every gate its own dropout masks, which only "
+                f"{' and '.join(f'dropout={name}' for name in self.PER_GATE_SCHEMES)} draw; scheme {self.scheme!r} "
+                f"would ignore it. Use cell.gates=tied, or "
+                f"{' / '.join(f'dropout={name}_untied' for name in self.PER_GATE_SCHEMES)}"
             )
         if self.cell_scale not in CELL_SCALES:
             raise ConfigError(f"dropout.cell_scale={self.cell_scale!r}; choose `h` (vdrnn's Moon) or `c`")
@@ -184,13 +205,17 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def bernoulli_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
-    """Inverted-dropout mask: 0 with probability p, else 1/(1-p). Drawn on ``like``'s device in fp32.
+def keep_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
+    """Unscaled dropout mask: 0 with probability p, else 1. Drawn on ``like``'s device in fp32.
 
     Sampling on the device with the default generator keeps it valid inside CUDA graphs.
     """
-    keep = torch.empty(shape, device=like.device, dtype=torch.float32).bernoulli_(1.0 - p)
-    return keep.div_(1.0 - p)
+    return torch.empty(shape, device=like.device, dtype=torch.float32).bernoulli_(1.0 - p)
+
+
+def bernoulli_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
+    """Inverted-dropout mask: 0 with probability p, else 1/(1-p); drawn as ``keep_mask``."""
+    return keep_mask(shape, p, like).div_(1.0 - p)
 
 
 def gaussian_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
@@ -295,10 +320,17 @@ def _word_type_mask(tokens: torch.Tensor, vocab_size: int, p: float, granularity
     return per_type.gather(1, tokens.t()).t().unsqueeze(-1)  # [T, B, 1]
 
 
-def _locked_mask(batch: int, size: int, p: float, granularity: str, like: torch.Tensor,
+def _locked_rows(like: torch.Tensor, granularity: str) -> int:
+    """The leading size of a fixed-over-time mask for ``like`` [T, B, ...] (``dropout.locked_mask``): B, one row
+    per sequence (``sample``), or 1, one row shared by the batch (``batch``)."""
+    return like.shape[1] if granularity == "sample" else 1
+
+
+def _locked_mask(like: torch.Tensor, shape: tuple[int, ...], p: float, granularity: str,
                  noise: Noise = bernoulli_mask) -> torch.Tensor | None:
-    """A mask fixed over time: [B, size] per sample, or [1, size] shared by the batch."""
-    return noise((batch if granularity == "sample" else 1, size), p, like) if p > 0 else None
+    """A mask fixed over time for ``like`` [T, B, ...]: [B, *shape] per sample, or [1, *shape] shared by the
+    batch; None if p = 0."""
+    return noise((_locked_rows(like, granularity), *shape), p, like) if p > 0 else None
 
 
 class ZarembaDropout(DropoutScheme):
@@ -352,10 +384,10 @@ class MoonDropout(DropoutScheme):
         p = self.config.cell
         if p == 0:
             return LayerMasks()
-        keep = torch.empty((x.shape[1], hidden_size), device=x.device).bernoulli_(1.0 - p)
+        shape = (x.shape[1], hidden_size)  # always one mask per sample
         if self.config.cell_scale == "c":  # the layers compute c_t *= mask, then h_t *= c_scale
-            return LayerMasks(c=keep.div_(1.0 - p), c_scale=1.0)
-        return LayerMasks(c=keep, c_scale=1.0 / (1.0 - p))
+            return LayerMasks(c=bernoulli_mask(shape, p, x), c_scale=1.0)
+        return LayerMasks(c=keep_mask(shape, p, x), c_scale=1.0 / (1.0 - p))
 
 
 class VariationalDropout(DropoutScheme):
@@ -382,20 +414,17 @@ class VariationalDropout(DropoutScheme):
     def layer_masks(self, x, hidden_size, gates, layer=0):
         cfg = self.config
         p_in = cfg.input_p(layer)
-        if not cfg.per_gate:
-            return LayerMasks(x=_locked_mask(x.shape[1], x.shape[2], p_in, cfg.locked_mask, x, self.noise),
-                              h=_locked_mask(x.shape[1], hidden_size, cfg.recurrent, cfg.locked_mask, x, self.noise))
-        batch = x.shape[1] if cfg.locked_mask == "sample" else 1
+        per_gate = (gates,) if cfg.per_gate else ()  # untied: one mask per gate, [B, G, D] instead of [B, D]
         return LayerMasks(
-            x=self.noise((batch, gates, x.shape[2]), p_in, x) if p_in > 0 else None,
-            h=self.noise((batch, gates, hidden_size), cfg.recurrent, x) if cfg.recurrent > 0 else None,
+            x=_locked_mask(x, (*per_gate, x.shape[2]), p_in, cfg.locked_mask, self.noise),
+            h=_locked_mask(x, (*per_gate, hidden_size), cfg.recurrent, cfg.locked_mask, self.noise),
             # With both p = 0 the untied cell is exactly the tied one and may take the fused path.
-            per_gate=p_in > 0 or cfg.recurrent > 0,
+            per_gate=cfg.per_gate and (p_in > 0 or cfg.recurrent > 0),
         )
 
     def output_mask(self, y):
         cfg = self.config
-        mask = _locked_mask(y.shape[1], y.shape[2], cfg.output, cfg.locked_mask, y, self.noise)
+        mask = _locked_mask(y, (y.shape[2],), cfg.output, cfg.locked_mask, self.noise)
         return None if mask is None else mask.unsqueeze(0)
 
 
@@ -435,13 +464,10 @@ class GaussianDropout(VariationalDropout):
             self.scales = NoiseScales(self.config, layers, outputs)
         return self.scales
 
-    def _rows(self, batch: int) -> int:
-        return batch if self.config.locked_mask == "sample" else 1
-
     def layer_masks(self, x, hidden_size, gates, layer=0):
         if self.scales is None:
             return super().layer_masks(x, hidden_size, gates, layer)
-        rows = self._rows(x.shape[1])
+        rows = _locked_rows(x, self.config.locked_mask)
         x_mask = self.scales.mask(f"input{layer}", rows, x)
         h_mask = self.scales.mask(f"recurrent{layer}", rows, x)
         per_gate = self.config.per_gate and (x_mask is not None or h_mask is not None)
@@ -450,7 +476,7 @@ class GaussianDropout(VariationalDropout):
     def output_mask(self, y):
         if self.scales is None:
             return super().output_mask(y)
-        mask = self.scales.mask("output", self._rows(y.shape[1]), y)
+        mask = self.scales.mask("output", _locked_rows(y, self.config.locked_mask), y)
         return None if mask is None else mask.unsqueeze(0)
 
 
@@ -566,18 +592,10 @@ class AWDDropout(VariationalDropout):
     def layer_masks(self, x, hidden_size, gates, layer=0):
         cfg = self.config
         w = cfg.weight
-        return LayerMasks(x=_locked_mask(x.shape[1], x.shape[2], cfg.input_p(layer), cfg.locked_mask, x),
+        return LayerMasks(x=_locked_mask(x, (x.shape[2],), cfg.input_p(layer), cfg.locked_mask),
                           w_hh=bernoulli_mask((gates * hidden_size, hidden_size), w, x) if w > 0 else None)
 
 
 def make_dropout(config: DropoutConfig) -> DropoutScheme:
-    """The one place that maps a scheme name to its implementation."""
-    classes = {
-        "none": DropoutScheme,
-        "zaremba": ZarembaDropout,
-        "moon": MoonDropout,
-        "variational": VariationalDropout,
-        "gaussian": GaussianDropout,
-        "awd": AWDDropout,
-    }
-    return classes[config.scheme](config)
+    """The one factory: the implementation of ``config.scheme`` (see ``SCHEME_SPECS``)."""
+    return SCHEME_SPECS[config.scheme].make(config)

@@ -32,6 +32,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from vdrnn.dropout import DropoutConfig
 from vdrnn.tracking import read_jsonl
 
 # Table 1's order, top to bottom; ad-hoc rows follow in name order.
@@ -100,7 +101,7 @@ def scheme_name(config: dict[str, Any]) -> str:
     """An ad-hoc run's name: its dropout scheme, e.g. ``variational (untied)``, ``gaussian (learned alpha)``."""
     dropout = config.get("dropout", {})
     scheme = dropout.get("scheme", "?")
-    untied = config.get("cell", {}).get("gates") == "untied" and scheme in ("variational", "gaussian")
+    untied = config.get("cell", {}).get("gates") == "untied" and scheme in DropoutConfig.PER_GATE_SCHEMES
     notes = [note for note, on in (("untied", untied), ("learned alpha", dropout.get("learn_alpha"))) if on]
     return scheme + (f" ({', '.join(notes)})" if notes else "")
 
