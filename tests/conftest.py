@@ -61,6 +61,14 @@ def run_cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedPr
     return result
 
 
+def composed(*overrides: str):
+    """The config `vdrnn train <overrides>` composes (a DictConfig), through Hydra's compose API: no subprocess."""
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
 def history(run: Path) -> list[dict]:
     """A run's metrics.jsonl, one record per epoch, read strictly (every line must be whole JSON)."""
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

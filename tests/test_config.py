@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 
 import pytest
-from hydra import compose, initialize_config_module
+from conftest import composed
 from omegaconf import OmegaConf
 
 from vdrnn.config import eval_config, from_dict, to_container
@@ -20,11 +20,6 @@ GROUPS = {g: sorted(p.name[:-5] for p in CONF.joinpath(g).iterdir() if p.name.en
 GAUSSIAN = [p for p in GROUPS["experiment"] if p.startswith(("medium_", "large_")) and "_gaussian" in p]
 LEARNED = [p for p in GAUSSIAN if p.endswith("_learned")]  # Kingma's adaptive alpha on a Gaussian preset
 TABLE1 = [p for p in GROUPS["experiment"] if p.startswith(("medium_", "large_")) and p not in GAUSSIAN]
-
-
-def composed(*overrides: str):
-    with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 def validated(cfg):

@@ -6,8 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import TINY
-from hydra import compose, initialize_config_module
+from conftest import TINY, composed
 
 from vdrnn import checkpoint
 from vdrnn.config import from_dict, to_container
@@ -19,9 +18,7 @@ from vdrnn.train import LanguageModelTrainer
 
 
 def trainer(run_dir, corpus, *overrides) -> LanguageModelTrainer:
-    with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[*TINY, "device=cpu", f"data.root={corpus}", *overrides])
-    raw = to_container(cfg)
+    raw = to_container(composed(*TINY, "device=cpu", f"data.root={corpus}", *overrides))
     return LanguageModelTrainer(from_dict(raw), run_dir, raw)
 
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import events_of, history, real_data, run_cli
+from conftest import composed, events_of, history, real_data, run_cli
 
 from vdrnn.data import imdb, scale
 
@@ -160,14 +160,10 @@ def test_train_returns_the_selection_score_for_a_sweeper(tmp_path, monkeypatch, 
     """A Hydra sweeper (e.g. Optuna) minimises what `train` returns: a sentiment run's best_valid_nll or _rmse."""
     from types import SimpleNamespace
 
-    from hydra import compose, initialize_config_module
-
     from vdrnn import cli
 
     root = request.getfixturevalue("imdb_dir" if dataset == "imdb" else "scale_dir")
-    with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
-        cfg = compose(config_name="config",
-                      overrides=[f"dataset={dataset}", *SMALL, "trainer.epochs=1", f"data.root={root}"])
+    cfg = composed(f"dataset={dataset}", *SMALL, "trainer.epochs=1", f"data.root={root}")
     # Called in-process to see the return value, outside a Hydra run: give it the run's output dir.
     runtime = SimpleNamespace(runtime=SimpleNamespace(output_dir=str(tmp_path)))
     monkeypatch.setattr(cli, "HydraConfig", SimpleNamespace(get=lambda: runtime))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
+from conftest import composed
 
 from vdrnn.config import from_dict, to_container
 from vdrnn.train import LanguageModelTrainer
@@ -12,12 +12,9 @@ from vdrnn.train import LanguageModelTrainer
 
 def trainer(tmp_path, corpus, *overrides) -> LanguageModelTrainer:
     device = [] if any(o.startswith("device=") for o in overrides) else ["device=cpu"]
-    with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "model=small", "model.hidden_size=8", "model.impl=reference", "dropout=none", f"data.root={corpus}",
-            "data.allow_custom_corpus=true", "data.batch_size=4", "data.bptt=6", *device,
-            "trainer.clip=1e9", *overrides])
-    raw = to_container(cfg)
+    raw = to_container(composed(
+        "model=small", "model.hidden_size=8", "model.impl=reference", "dropout=none", f"data.root={corpus}",
+        "data.allow_custom_corpus=true", "data.batch_size=4", "data.bptt=6", *device, "trainer.clip=1e9", *overrides))
     return LanguageModelTrainer(from_dict(raw), tmp_path, raw)
 
 
@@ -43,8 +40,7 @@ def test_objective_is_nll_summed_over_time_or_mean(tmp_path, tiny_corpus, loss, 
 
 def test_zaremba_and_gal_presets_sum_over_time_and_awd_averages(tmp_path, tiny_corpus):
     assert trainer(tmp_path, tiny_corpus).cfg.trainer.loss == "sum_over_time"
-    with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
-        assert compose(config_name="config", overrides=["experiment=awd_ptb"]).trainer.loss == "mean"
+    assert composed("experiment=awd_ptb").trainer.loss == "mean"
 
 
 def test_nt_asgd_switches_to_averaging_on_the_non_monotone_trigger(tmp_path, tiny_corpus):
