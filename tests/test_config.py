@@ -209,13 +209,23 @@ def test_lr_schedule_matches_zaremba_medium():
     ("model.num_layers=0", "model.num_layers=0 must be at least 1"),
     ("model.hidden_size=-3", "model.hidden_size=-3 must be at least 1"),
     ("model.embedding_size=0", "model.embedding_size=0 must be at least 1, or null for the hidden size"),
-    ("dropout.input=false", r"dropout.input=False is not a probability in \[0, 1\)"),
-    ("dropout.kl_weight=true", "dropout.kl_weight=True must be a number >= 0"),
+    ("dropout.input=false", "dropout.input=False must be a number"),
+    ("dropout.kl_weight=true", "dropout.kl_weight=True must be a number"),
     ("eval.mode=bayes", "eval.mode='bayes'"),
+    # Values of the wrong type, named before they fail later as a bare TypeError or ValueError:
+    ("seed=abc", "seed='abc' must be an integer"),
+    ("trainer.epochs=abc", "trainer.epochs='abc' must be an integer"),
+    ("trainer.lr=true", "trainer.lr=True must be a number"),
+    ("trainer.max_minutes=soon", "trainer.max_minutes='soon' must be a number or null"),
+    ("eval.word_dropout=1", "eval.word_dropout=1 must be true or false"),
+    ("dataset=imdb data.max_length=long", "data.max_length='long' must be an integer"),
+    # NaN compares false with everything, so a check written `clip <= 0` would let it through.
+    ("trainer.clip=nan", r"trainer.clip=nan must be > 0"),
+    ("trainer.weight_decay=-1e-4", r"trainer.weight_decay=-0.0001 must be >= 0"),
 ])
 def test_bad_values_are_refused_with_the_fix(override, message):
     with pytest.raises(ConfigError, match=message):
-        from_dict(to_container(composed(override)))
+        validated(composed(*override.split()))
 
 
 def test_config_round_trips_through_a_plain_dict():

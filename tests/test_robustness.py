@@ -1,4 +1,5 @@
-"""Resuming from checkpoints saved under other settings or by other versions, and perplexities of broken models."""
+"""Resuming from checkpoints saved under other settings or by other versions, perplexities of broken models, and
+an unknown device."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from conftest import TINY, composed
 from vdrnn import checkpoint
 from vdrnn.config import from_dict, to_container
 from vdrnn.dropout import DropoutConfig, make_dropout
-from vdrnn.errors import CheckpointError
+from vdrnn.errors import CheckpointError, ConfigError
 from vdrnn.evaluate import exp_or_inf, mc_perplexity, perplexity
 from vdrnn.model import LanguageModel, ModelConfig
+from vdrnn.runner import resolve_device
 from vdrnn.train import LanguageModelTrainer
 
 
@@ -83,3 +85,8 @@ def test_mc_perplexity_of_a_very_poor_model_is_inf_not_an_overflow():
     # Every target (token 1) gets log p = -720: finite in float64, but e^720 overflows a float.
     stream = torch.ones(30, dtype=torch.long)
     assert mc_perplexity(model_with_output_bias(720.0), stream, samples=2, batch=2, bptt=5) == math.inf
+
+
+def test_an_unknown_device_is_refused_with_the_choices():
+    with pytest.raises(ConfigError, match="device='gpu' is not a device: choose auto, cpu or cuda"):
+        resolve_device("gpu")

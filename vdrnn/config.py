@@ -84,8 +84,13 @@ class TrainerConfig:
             raise ConfigError("trainer.epochs and trainer.max_steps must be at least 1")
         if self.max_minutes is not None and not self.max_minutes > 0:
             raise ConfigError(f"trainer.max_minutes={self.max_minutes} must be positive (or null: no time limit)")
-        if not self.lr > 0 or not self.lr_decay >= 1 or self.clip <= 0 or self.weight_decay < 0:
-            raise ConfigError("need trainer.lr > 0, trainer.lr_decay >= 1, trainer.clip > 0, trainer.weight_decay >= 0")
+        # Written as `not x > 0` so that NaN, which compares false, is refused too.
+        for key, value, ok, rule in (("lr", self.lr, self.lr > 0, "> 0"),
+                                     ("lr_decay", self.lr_decay, self.lr_decay >= 1, ">= 1 (1: no decay)"),
+                                     ("clip", self.clip, self.clip > 0, "> 0 (a large value turns clipping off)"),
+                                     ("weight_decay", self.weight_decay, self.weight_decay >= 0, ">= 0")):
+            if not ok:
+                raise ConfigError(f"trainer.{key}={value} must be {rule}")
         if not 0 <= self.ema < 1:
             raise ConfigError(f"trainer.ema={self.ema} is the decay of the weights' moving average: use a value in "
                               f"[0, 1), e.g. 0.999 (about the last 1,000 steps), or 0 for none")
@@ -133,12 +138,45 @@ class RunConfig:
     init_from: str | None = None
 
 
+# What a config field's annotation accepts, and how an error names it. Bools are not numbers here, though Python
+# counts them as ints: `trainer.lr=true` is a typo, not 1.
+KINDS = {"int": ("an integer", (int,)), "float": ("a number", (int, float)), "bool": ("true or false", (bool,)),
+         "str": ("a string", (str,))}
+
+
+def check_type(value: Any, annotation: str, key: str) -> None:
+    """Refuse ``value`` for the config field ``key`` annotated ``annotation`` (e.g. ``float | None``) when it has
+    the wrong type, e.g. `trainer.epochs=abc`, which would otherwise fail later with a bare TypeError."""
+    options = [part.strip() for part in annotation.split("|")]
+    if value is None and "None" in options:
+        return
+    kinds = [KINDS[option] for option in options if option in KINDS]
+    if len(kinds) < len([option for option in options if option != "None"]):
+        return  # a type this check does not cover
+    if any(isinstance(value, types) and (bool in types or not isinstance(value, bool)) for _, types in kinds):
+        return
+    expected = " or ".join(name for name, _ in kinds) + (" or null" if "None" in options else "")
+    raise ConfigError(f"{key}={value!r} must be {expected}")
+
+
 def build(cls, values: dict[str, Any], where: str):
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known)
+    """``cls(**values)`` for the config group ``where``, refusing unknown keys and values of the wrong type."""
+    annotations = {f.name: f.type for f in fields(cls)}
+    unknown = sorted(set(values) - set(annotations))
     if unknown:
-        raise ConfigError(f"unknown key(s) {', '.join(where + '.' + k for k in unknown)}; known: {', '.join(sorted(known))}")
+        raise ConfigError(f"unknown key(s) {', '.join(where + '.' + k for k in unknown)}; "
+                          f"known: {', '.join(sorted(annotations))}")
+    for name, value in values.items():
+        check_type(value, annotations[name], f"{where}.{name}")
     return cls(**values)
+
+
+def run_settings(raw: dict[str, Any]) -> tuple[int, str]:
+    """The top-level ``seed`` and ``device``, type-checked."""
+    seed, device = raw.get("seed", 1), raw.get("device", "auto")
+    check_type(seed, "int", "seed")
+    check_type(device, "str", "device")
+    return seed, device
 
 
 def to_container(cfg: DictConfig) -> dict[str, Any]:
@@ -170,14 +208,15 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"cell={model.cell} is for the sentiment datasets; the language model is an LSTM: "
                           f"use `cell=lstm`, or `dataset=imdb`/`dataset=scale` with this cell")
     dropout = dropout_from(raw, model)
+    seed, device = run_settings(raw)
     return RunConfig(
         data=build(DataConfig, raw["data"], "data"),
         model=model,
         dropout=dropout,
         trainer=build(TrainerConfig, raw["trainer"], "trainer"),
         eval=build(EvalConfig, raw["eval"], "eval"),
-        seed=int(raw.get("seed", 1)),
-        device=str(raw.get("device", "auto")),
+        seed=seed,
+        device=device,
         resume=raw.get("resume"),
         init_from=raw.get("init_from"),
         checkpoint=raw.get("checkpoint"),

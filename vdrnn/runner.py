@@ -41,7 +41,11 @@ def resolve_device(name: str) -> torch.device:
             return torch.device("cuda")
         log.warning("CUDA is not available: running on the CPU, which is slow for all but the smallest models")
         return torch.device("cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:  # e.g. device=gpu
+        raise ConfigError(f"device={name!r} is not a device: choose auto, cpu or cuda (cuda:N for one GPU of several)") \
+            from err
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device={name} but CUDA is not available here; use device=auto or device=cpu")
     return device

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from vdrnn.config import EvalConfig, TrainerConfig, build, dropout_from, model_from
+from vdrnn.config import EvalConfig, TrainerConfig, build, dropout_from, model_from, run_settings
 from vdrnn.dropout import DropoutConfig
 from vdrnn.errors import ConfigError
 from vdrnn.model import ModelConfig
@@ -113,14 +113,15 @@ def from_dict(raw: dict[str, Any]) -> SentimentRunConfig:
         raise ConfigError(f"init_from={raw['init_from']}: sentiment runs do not take init_from, which starts a "
                           f"new language-model run (dataset=ptb) from trained weights. Drop it; to continue an "
                           f"interrupted sentiment run, use resume=PATH to its last.pt")
+    seed, device = run_settings(raw)
     return SentimentRunConfig(
         data=build(SentimentDataConfig, raw["data"], "data"),
         model=model,
         dropout=dropout,
         trainer=trainer,
         eval=evaluation,
-        seed=int(raw.get("seed", 1)),
-        device=str(raw.get("device", "auto")),
+        seed=seed,
+        device=device,
         resume=raw.get("resume"),
         checkpoint=raw.get("checkpoint"),
     )
