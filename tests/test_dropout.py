@@ -427,7 +427,8 @@ def test_kl_is_kingmas_fit_weighted_by_the_weights_each_noise_variable_scales():
 
 def test_clamp_keeps_alpha_at_most_one_and_weight_decay_leaves_alpha_alone():
     from vdrnn.config import TrainerConfig
-    from vdrnn.runner import apply_weight_decay, make_optimizer
+    from vdrnn.dropout import weights_of
+    from vdrnn.runner import finish_update, make_optimizer
 
     model = learned_model(input=0.2, recurrent=0.3)
     scales = model.noise_scales
@@ -436,7 +437,7 @@ def test_clamp_keeps_alpha_at_most_one_and_weight_decay_leaves_alpha_alone():
     scales.clamp_()
     assert scales.log_alpha["input0"].max().item() == 0.0
     before = {k: v.detach().clone() for k, v in scales.log_alpha.items()}
-    apply_weight_decay(model, TrainerConfig(weight_decay=0.5, weight_decay_mode="gal"))
+    finish_update(weights_of(model), TrainerConfig(weight_decay=0.5, weight_decay_mode="gal").gal_decay, scales)
     assert all(torch.equal(before[k], v) for k, v in scales.log_alpha.items())
     groups = make_optimizer(model, TrainerConfig(optimizer="adam", weight_decay=0.1, weight_decay_mode="l2")).param_groups
     assert [g["weight_decay"] for g in groups] == [0.1, 0.0]

@@ -100,6 +100,12 @@ class TrainerConfig:
         if self.ar < 0 or self.tar < 0 or self.nonmono < 1:
             raise ConfigError("need trainer.ar >= 0, trainer.tar >= 0 and trainer.nonmono >= 1")
 
+    @property
+    def gal_decay(self) -> float:
+        """The decay applied after each update (``weight_decay_mode=gal``); 0 with ``l2``, which the optimizer
+        applies through the gradient instead."""
+        return self.weight_decay if self.weight_decay_mode == "gal" else 0.0
+
     def lr_at(self, epoch: int) -> float:
         """Learning rate of epoch ``epoch`` (1-based), as Zaremba's and Gal's code schedule it: at the end of
         every epoch e > lr_decay_start (their ``max_epoch``) the lr is divided by lr_decay, so epochs

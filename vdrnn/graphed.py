@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from vdrnn.dropout import weights_of
 from vdrnn.model import LanguageModel, State
+from vdrnn.runner import finish_update
 
 
 class GraphedTrainStep:
@@ -75,11 +76,7 @@ class GraphedTrainStep:
         (objective * tokens.shape[0] if self.sum_over_time else objective).backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.clip)
         self.optimizer.step()
-        if self.weight_decay > 0:
-            with torch.no_grad():
-                torch._foreach_mul_(self.weights, 1.0 - self.weight_decay)  # p.mul_(1 - wd), one launch
-        if noise is not None:
-            noise.clamp_()
+        finish_update(self.weights, self.weight_decay, noise)
         return loss.detach(), grad_norm, [(h.detach(), c.detach()) for h, c in new_state]
 
     def eager_step(self, tokens: torch.Tensor, targets: torch.Tensor, state: State):

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from vdrnn import checkpoint
 from vdrnn.config import TrainerConfig, key_among
-from vdrnn.dropout import weights_of
+from vdrnn.dropout import NoiseScales, weights_of
 from vdrnn.errors import CheckpointError, ConfigError, TrainingDiverged
 from vdrnn.tracking import RunLogger, flatten, read_jsonl, write_atomically
 
@@ -66,11 +66,15 @@ def make_optimizer(model: torch.nn.Module, trainer: TrainerConfig, averaging: bo
     return torch.optim.SGD(params, lr=trainer.lr, weight_decay=l2)
 
 
-def apply_weight_decay(model: torch.nn.Module, trainer: TrainerConfig) -> None:
-    """Gal's decay: w <- w - lambda * w after the optimizer step, independent of the learning rate."""
-    if trainer.weight_decay > 0 and trainer.weight_decay_mode == "gal":
-        with torch.no_grad():
-            torch._foreach_mul_(weights_of(model), 1.0 - trainer.weight_decay)
+@torch.no_grad()
+def finish_update(weights: list[torch.nn.Parameter], decay: float, noise_scales: NoiseScales | None) -> None:
+    """What follows every optimizer step, eager (EpochTrainer.optimizer_step) or graphed (GraphedTrainStep): Gal's
+    decay w <- w - decay * w, independent of the learning rate, on ``weights`` (``weights_of``: log alpha is no
+    weight), then learned dropout variances projected back onto alpha <= 1."""
+    if decay > 0:
+        torch._foreach_mul_(weights, 1.0 - decay)  # p.mul_(1 - decay) for all, one launch
+    if noise_scales is not None:
+        noise_scales.clamp_()
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
@@ -272,9 +276,7 @@ class EpochTrainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.trainer.clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        apply_weight_decay(self.model, self.cfg.trainer)
-        if self.model.noise_scales is not None:
-            self.model.noise_scales.clamp_()
+        finish_update(weights_of(self.model), self.cfg.trainer.gal_decay, self.model.noise_scales)
         return grad_norm
 
     def kl_term(self) -> torch.Tensor | None:

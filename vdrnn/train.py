@@ -124,9 +124,8 @@ class LanguageModelTrainer(EpochTrainer):
                 or t.ar > 0 or t.tar > 0 or t.optimizer != "sgd":
             return None
         if self._graphed is None:
-            decay = t.weight_decay if t.weight_decay_mode == "gal" else 0.0  # l2 is in the optimizer
-            self._graphed = GraphedTrainStep(self.model, self.optimizer, t.clip, d.batch_size, d.bptt, decay, t.amp,
-                                             sum_over_time=t.loss == "sum_over_time", kl_scale=self.kl_scale)
+            self._graphed = GraphedTrainStep(self.model, self.optimizer, t.clip, d.batch_size, d.bptt, t.gal_decay,
+                                             t.amp, sum_over_time=t.loss == "sum_over_time", kl_scale=self.kl_scale)
         return self._graphed
 
     def train_epoch(self, lr: float, logger: RunLogger, bar: tqdm) -> dict[str, float]:
