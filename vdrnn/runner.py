@@ -430,6 +430,20 @@ class EpochTrainer:
             else:
                 dst.unlink(missing_ok=True)
 
+    def keep_newer_best(self) -> None:
+        """An epoch saves best.pt, then last.pt: a crash between the two leaves a best.pt from after the state we
+        resume from. That epoch is trained again and may score worse this time (GPU kernels are not bit-exact), so
+        its better weights stay the run's best: the redone epochs must beat the score they validated to."""
+        best = self.run_dir / checkpoint.BEST
+        if not best.exists():
+            return
+        saved = checkpoint.load(best)
+        if saved.get("epoch", 0) > self.epoch and saved["best_valid"] < self.best_valid:
+            log.warning("%s is from epoch %d, after the resumed epoch %d (a crash before last.pt was written): it "
+                        "stays the best so far, at valid %s %.4g", best, saved["epoch"], self.epoch, self.selector,
+                        saved["best_valid"])
+            self.best_valid = saved["best_valid"]
+
     def truncate_history(self) -> None:
         """Drop per-epoch records written after the checkpoint we resume from (a crash between the two), or all of
         them on a fresh start (an attempt that died before its first last.pt)."""
@@ -446,6 +460,7 @@ class EpochTrainer:
             self.restore(resume)
             if resume.expanduser().resolve().parent != self.run_dir.resolve():
                 self.adopt(resume.expanduser())
+            self.keep_newer_best()
         # What an earlier attempt in this folder logged after the state we start from (everything, on a fresh
         # start) goes, from metrics.jsonl and from TensorBoard's curves, so that no epoch or step appears twice.
         self.truncate_history()
