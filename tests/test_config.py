@@ -244,7 +244,22 @@ def test_eval_runs_the_checkpoints_config_with_the_command_lines_evaluation_sett
     assert merged["checkpoint"] == "x.pt" and merged["data"]["vocab_size"] == trained["data"]["vocab_size"]
     not_given = eval_config(line, trained, {"checkpoint", "eval"})
     assert not_given["data"]["eval_batch_size"] == 500  # a default of the command line does not replace it
+    assert not_given["eval"]["samples"] == 7  # eval=mc picks the mode, not conf/eval/mc.yaml's 1,000 samples
     sentiment_config.from_dict(merged)
+
+
+def test_eval_without_evaluation_settings_runs_the_checkpoints_own():
+    # The IMDB preset's MC: 50 passes with word-type dropout on, where conf/eval/mc.yaml has 1,000 and off.
+    trained = to_container(composed("experiment=imdb_lstm_variational"))
+    line = to_container(composed("checkpoint=x.pt"))
+    assert line["eval"]["mode"] == "scale" and trained["eval"] == {**trained["eval"], "samples": 50,
+                                                                   "word_dropout": True, "mode": "mc"}
+    assert eval_config(line, trained, {"checkpoint"})["eval"] == trained["eval"]
+    switched = eval_config(to_container(composed("checkpoint=x.pt", "eval=scale", "eval.word_dropout=false")), trained,
+                           {"checkpoint", "eval", "eval.word_dropout"})
+    assert switched["eval"] == {**trained["eval"], "mode": "scale", "word_dropout": False}
+    older = {**trained, "eval": {"mode": "mc", "samples": 50}}  # a checkpoint from before eval.mc_masks existed
+    assert eval_config(line, older, {"checkpoint"})["eval"]["mc_masks"] == line["eval"]["mc_masks"]
 
 
 @pytest.mark.parametrize("given", [{"model.hidden_size"}, {"dataset"}, {"dropout.recurrent", "data.batch_size"}])

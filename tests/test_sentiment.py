@@ -15,7 +15,7 @@ from vdrnn.dropout import DropoutConfig, make_dropout
 from vdrnn.errors import ConfigError, DataError
 from vdrnn.sentiment.config import SentimentDataConfig, SentimentModelConfig
 from vdrnn.sentiment.data import CLASSIFICATION, Split, load_task
-from vdrnn.sentiment.evaluate import predict_mc
+from vdrnn.sentiment.predict import predict_mc
 from vdrnn.sentiment.metrics import (
     classification_metrics,
     ece_difference,

@@ -95,6 +95,7 @@ def test_eval_command_reproduces_the_test_numbers(imdb_run, imdb_dir):
     trained = json.loads((imdb_run / "metrics.json").read_text())
     assert evaluated["test_accuracy"] == pytest.approx(trained["test_accuracy"])
     assert evaluated["test_nll"] == pytest.approx(trained["test_nll"], rel=1e-6)
+    assert evaluated["mc_samples"] == trained["mc_samples"] == 4  # the run's own MC settings, not eval/mc.yaml's
 
 
 def test_a_finished_run_resumes_from_last_pt_for_more_epochs(imdb_run, imdb_dir):

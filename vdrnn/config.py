@@ -232,8 +232,8 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
 # `vdrnn eval` runs a checkpoint under the config it was trained with, except for the evaluation settings
 # of its own command line: always the eval group, device, seed and where the data is; and, when given,
 # the settings that change speed or memory but not the model (batch sizes, precision, implementation).
-EVAL_ALWAYS = ("eval", "device", "seed", "checkpoint", "data.root")
-EVAL_WHEN_GIVEN = ("data.eval_batch_size", "data.test_batch_size", "data.eval_max_tokens", "trainer.amp",
+EVAL_ALWAYS = ("device", "seed", "checkpoint", "data.root")
+EVAL_WHEN_GIVEN = ("eval", "data.eval_batch_size", "data.test_batch_size", "data.eval_max_tokens", "trainer.amp",
                    "model.impl")
 
 
@@ -244,16 +244,23 @@ def key_among(key: str, names: tuple[str, ...]) -> bool:
 
 
 def eval_config(raw: dict[str, Any], trained: dict[str, Any], given: set[str]) -> dict[str, Any]:
-    """The config `vdrnn eval` runs: ``trained`` (the checkpoint's) with the evaluation settings of ``raw`` (the
-    command line's composed config). ``given``: the keys the command line set. Any other key given would be
-    silently ignored, so it is refused."""
+    """The config `vdrnn eval` runs: ``trained`` (the checkpoint's) with what ``raw`` (the command line's composed
+    config) may change: device, seed, data location, and where given the evaluation settings, batch sizes,
+    precision and implementation. ``given``: the keys the command line set. Any other key given would be silently
+    ignored, so it is refused."""
     ignored = sorted(k for k in given if not key_among(k, (*EVAL_ALWAYS, *EVAL_WHEN_GIVEN, "hydra")))
     if ignored:
         raise ConfigError(f"vdrnn eval takes the model, data and dropout settings from the checkpoint, so "
                           f"{', '.join(ignored)} would be ignored: drop {'them' if len(ignored) > 1 else 'it'}. It "
                           f"takes {', '.join(EVAL_ALWAYS)} and {', '.join(EVAL_WHEN_GIVEN)}")
     merged = {key: dict(value) if isinstance(value, dict) else value for key, value in trained.items()}
-    for key in [*EVAL_ALWAYS, *(k for k in EVAL_WHEN_GIVEN if k in given)]:
+    # The run's own evaluation settings (its preset's MC samples, word-type dropout, ...) unless the command line
+    # gives them: `vdrnn eval checkpoint=...` alone reproduces the run's test numbers. A group choice (eval=mc) sets
+    # the mode; eval.KEY sets that key. The command line's defaults fill what an older checkpoint lacks.
+    merged["eval"] = {**raw["eval"], **trained.get("eval", {})}
+    if "eval" in given:
+        merged["eval"]["mode"] = raw["eval"]["mode"]
+    for key in [*EVAL_ALWAYS, *(k for k in given if key_among(k, EVAL_WHEN_GIVEN) and k != "eval")]:
         group, _, leaf = key.partition(".")
         if not leaf:
             merged[group] = raw.get(group)

@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,21 @@ def load_evaluation_weights(model: torch.nn.Module, payload: dict[str, Any], pat
     with torch.no_grad():
         for i, value in values.items():
             params[i].copy_(value)
+
+
+def evaluate_checkpoint(cfg, path: Path, payload: dict[str, Any], load_data: Callable, build_model: Callable,
+                        evaluate_all: Callable) -> dict[str, Any]:
+    """`vdrnn eval` for any task: its data (``load_data(cfg)``, which must have the checkpoint's vocabulary), the
+    checkpoint's model (``build_model(cfg, data, device)``) with the weights its run tested, and the task's test
+    metrics (``evaluate_all(model, data, cfg)``). ``cfg``: the checkpoint's config with the command line's evaluation
+    settings (:func:`vdrnn.config.eval_config`)."""
+    device = resolve_device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    data = load_data(cfg)
+    checkpoint.check_vocab(payload, data.vocab, path, "evaluate it on the data it was trained on (data.root)")
+    model = build_model(cfg, data, device)
+    load_evaluation_weights(model, payload, path)
+    return {**evaluate_all(model, data, cfg), "checkpoint": str(path), "epoch": payload["epoch"]}
 
 
 class TrainWindow:

@@ -27,13 +27,7 @@ from vdrnn.dropout import make_dropout
 from vdrnn.evaluate import autocast, exp_or_inf, mc_perplexity, perplexity
 from vdrnn.graphed import GraphedTrainStep
 from vdrnn.model import LanguageModel, detach_state
-from vdrnn.runner import (
-    EpochTrainer,
-    load_evaluation_weights,
-    make_optimizer,
-    resolve_device,
-    swapped_weights,
-)
+from vdrnn.runner import EpochTrainer, evaluate_checkpoint, make_optimizer, swapped_weights
 from vdrnn.tracking import RunLogger
 
 log = logging.getLogger("vdrnn")
@@ -235,15 +229,7 @@ def run(raw: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 def evaluate(raw: dict[str, Any], path: Path, payload: dict[str, Any]) -> dict[str, Any]:
-    """`vdrnn eval`: rebuild the checkpoint's model (``payload``, read from ``path``) and evaluate it under ``raw``,
-    the checkpoint's config with the command line's evaluation settings (:func:`vdrnn.config.eval_config`)."""
-    run_cfg = from_dict(raw)
-    device = resolve_device(run_cfg.device)
-    torch.manual_seed(run_cfg.seed)
-    corpus = load_corpus(run_cfg)
-    checkpoint.check_vocab(payload, corpus.vocab, path, "evaluate it on the data it was trained on (data.root)")
-    model = build_model(run_cfg, len(corpus.vocab), device)
-    load_evaluation_weights(model, payload, path)
-    metrics = evaluate_all(model, corpus, run_cfg)
-    metrics.update({"checkpoint": str(path), "epoch": payload["epoch"]})
-    return metrics
+    """`vdrnn eval` on a PTB checkpoint (``payload``, read from ``path``); ``raw``: its config with the command line's
+    evaluation settings."""
+    return evaluate_checkpoint(from_dict(raw), path, payload, load_corpus,
+                               lambda cfg, corpus, device: build_model(cfg, len(corpus.vocab), device), evaluate_all)

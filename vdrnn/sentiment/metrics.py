@@ -1,7 +1,7 @@
 """Metrics of predictive distributions: accuracy, NLL, expected calibration error, entropy; RMSE.
 
 All take the *predictive* distribution, so weight scaling (one deterministic pass) and MC dropout
-(the average of the probabilities of K stochastic passes, :mod:`vdrnn.sentiment.evaluate`) are
+(the average of the probabilities of K stochastic passes, :mod:`vdrnn.sentiment.predict`) are
 scored by the same functions.
 
 ECE is a finite-sample estimate: even a perfectly calibrated predictor scores above zero on 25,000

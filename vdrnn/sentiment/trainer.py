@@ -24,15 +24,14 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from vdrnn import checkpoint
 from vdrnn.dropout import make_dropout
 from vdrnn.evaluate import autocast
-from vdrnn.runner import EpochTrainer, load_evaluation_weights, resolve_device
+from vdrnn.runner import EpochTrainer, evaluate_checkpoint
 from vdrnn.sentiment.config import SentimentRunConfig, from_dict
 from vdrnn.sentiment.data import CLASSIFICATION, TaskData, load_task, minibatches
-from vdrnn.sentiment.evaluate import evaluate_split, predict_split, split_metrics
 from vdrnn.sentiment.metrics import calibration_report, ece_difference
 from vdrnn.sentiment.model import SentimentModel
+from vdrnn.sentiment.predict import evaluate_split, predict_split, split_metrics
 from vdrnn.tracking import RunLogger
 
 log = logging.getLogger("vdrnn")
@@ -165,16 +164,7 @@ def run(raw: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 def evaluate(raw: dict[str, Any], path: Path, payload: dict[str, Any]) -> dict[str, Any]:
-    """`vdrnn eval`: rebuild the checkpoint's model (``payload``, read from ``path``) and data, and evaluate it
-    under ``raw``, the checkpoint's config with the command line's evaluation settings
-    (:func:`vdrnn.config.eval_config`)."""
-    run_cfg = from_dict(raw)
-    device = resolve_device(run_cfg.device)
-    torch.manual_seed(run_cfg.seed)
-    task = load_task(run_cfg.data)
-    checkpoint.check_vocab(payload, task.vocab, path, "evaluate it on the data it was trained on (data.root)")
-    model = build_model(run_cfg, task, device)
-    load_evaluation_weights(model, payload, path)
-    metrics = evaluate_all(model, task, run_cfg)
-    metrics.update({"checkpoint": str(path), "epoch": payload["epoch"]})
-    return metrics
+    """`vdrnn eval` on an IMDB or scale checkpoint (``payload``, read from ``path``); ``raw``: its config with the
+    command line's evaluation settings."""
+    return evaluate_checkpoint(from_dict(raw), path, payload, lambda cfg: load_task(cfg.data), build_model,
+                               evaluate_all)
