@@ -5,17 +5,18 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
 
 import pytest
 import torch
 from torch import nn
 
+from vdrnn.data.scale import AUTHORS
 from vdrnn.data.text import PAD_ID, UNK, UNK_ID, build_vocab, chunks, pad, to_ids, tokenize
 from vdrnn.dropout import DropoutConfig, make_dropout
 from vdrnn.errors import ConfigError, DataError
 from vdrnn.sentiment.config import SentimentDataConfig, SentimentModelConfig
 from vdrnn.sentiment.data import CLASSIFICATION, Split, load_task
-from vdrnn.sentiment.predict import predict_mc
 from vdrnn.sentiment.metrics import (
     classification_metrics,
     ece_difference,
@@ -25,6 +26,7 @@ from vdrnn.sentiment.metrics import (
     rmse,
 )
 from vdrnn.sentiment.model import SentimentModel
+from vdrnn.sentiment.predict import predict_mc
 
 
 def test_tokenizer_lowercases_strips_html_and_splits_punctuation():
@@ -32,6 +34,13 @@ def test_tokenizer_lowercases_strips_html_and_splits_punctuation():
     assert tokenize(text) == ["a", "great", "film", "!", "i", "didn't", "like", "the", "end", ".", ".", ".",
                               "really"]
     assert "br" not in tokenize("one<br />two<br/>three")
+
+
+def test_a_less_than_sign_that_opens_no_tag_is_text_not_the_start_of_a_deleted_stretch():
+    # From IMDB's training reviews: "<" before a number or a space opened a "tag" up to the next ">".
+    text = "It made < $600 per screen, I <3 it.<br />Rated <=8. <SPOILER>He dies</SPOILER>"
+    assert tokenize(text) == ["it", "made", "<", "$", "600", "per", "screen", ",", "i", "<", "3", "it", ".", "rated",
+                              "<", "=", "8", ".", "he", "dies"]
 
 
 def test_vocabulary_is_most_frequent_first_with_pad_and_unk():
@@ -66,9 +75,74 @@ def test_vocabulary_comes_from_training_reviews_only(fake_imdb):
     assert UNK_ID in task.test.tokens.tolist()[0]
 
 
-def test_missing_imdb_files_are_a_data_error_that_says_what_to_put_where(tmp_path):
+def test_missing_imdb_files_are_a_data_error_that_says_what_to_put_where(tmp_path, monkeypatch):
     with pytest.raises(DataError, match="lacks train.jsonl.gz, test.jsonl.gz"):
         load_task(SentimentDataConfig(root=str(tmp_path)))
+    (tmp_path / "imdb").mkdir()  # $VDRNN_DATA_DIR/imdb with a file missing: an error, not a download
+    (tmp_path / "imdb" / "train.jsonl.gz").write_bytes(b"")
+    monkeypatch.setenv("VDRNN_DATA_DIR", str(tmp_path))
+    with pytest.raises(DataError, match=r"\$VDRNN_DATA_DIR/imdb: .* lacks test.jsonl.gz"):
+        load_task(SentimentDataConfig())
+
+
+def truncate(path):
+    path.write_bytes(path.read_bytes()[:-20])
+
+
+def relabel(path):
+    with gzip.open(path, "wt") as f:
+        f.write(json.dumps({"text": "fine", "label": 7}) + "\n")
+
+
+@pytest.mark.parametrize("damage,message", [(truncate, "not a whole gzipped JSON Lines file.*EOFError.*copy it again"),
+                                            (relabel, r"has labels \[7\]")], ids=["truncated", "foreign-labels"])
+def test_a_damaged_imdb_file_is_a_data_error_naming_it(fake_imdb, damage, message):
+    damage(fake_imdb / "test.jsonl.gz")
+    with pytest.raises(DataError, match=message) as err:
+        load_task(SentimentDataConfig(root=str(fake_imdb)))
+    assert "test.jsonl.gz" in str(err.value)
+
+
+def test_a_damaged_scale_rating_is_a_data_error_naming_file_and_line(fake_scale):
+    path = fake_scale / "scaledata" / AUTHORS[2] / f"rating.{AUTHORS[2]}"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([*lines[:3], "0,7", *lines[4:]]) + "\n")
+    with pytest.raises(DataError, match=re.escape(f"rating.{AUTHORS[2]}, line 4: '0,7' is not a rating in [0, 1]")):
+        load_task(SentimentDataConfig(name="scale", root=str(fake_scale), test_fraction=0.2))
+
+
+@pytest.fixture
+def fake_scale(tmp_path):
+    """Pang & Lee's layout, four critics of 10 reviews each, every text with a rating of its own; critic 0's
+    first text appears three times (as the real files repeat 46 texts, on adjacent lines)."""
+    for a, author in enumerate(AUTHORS):
+        texts = [f"critic {a} review {i} " + "word " * (3 + i) for i in range(10)]
+        ratings = [(10 * a + i) / 100 for i in range(10)]
+        if a == 0:
+            texts[1:1], ratings[1:1] = [texts[0]] * 2, [ratings[0]] * 2
+        folder = tmp_path / "scaledata" / author
+        folder.mkdir(parents=True)
+        (folder / f"subj.{author}").write_text("\n".join(texts) + "\n")
+        (folder / f"rating.{author}").write_text("\n".join(map(str, ratings)) + "\n")
+    return tmp_path
+
+
+def test_scale_splits_by_review_keeps_repeated_texts_once_and_standardises_on_training_chunks(fake_scale):
+    cfg = SentimentDataConfig(name="scale", root=str(fake_scale), max_length=4, test_fraction=0.2,
+                              valid_fraction=0.25)
+    task = load_task(cfg)
+    ratings = {name: [round(float(task.target_mean + task.target_std * t), 6) for t in getattr(task, name).targets]
+               for name in ("train", "valid", "test")}
+    reviews = {name: set(r) for name, r in ratings.items()}
+    assert sum(map(len, reviews.values())) == 40  # 42 lines, 40 texts: each review once, in one split only
+    assert not (reviews["test"] & reviews["train"] or reviews["test"] & reviews["valid"]
+                or reviews["train"] & reviews["valid"])
+    assert len(reviews["test"]) == 8 and len(reviews["valid"]) == 8  # 20% of 40, then 25% of the other 32
+    chunks_of_first = sum(r.count(0.0) for r in ratings.values())
+    assert chunks_of_first == 2  # "critic 0 review 0 word word word": 7 tokens, 2 chunks of 4, not 3 x 2
+    train = torch.tensor(ratings["train"])
+    assert task.target_mean == pytest.approx(train.mean().item())
+    assert task.target_std == pytest.approx(train.std(correction=0).item())
 
 
 def model(cell_type: str, scheme: str, p: dict) -> SentimentModel:

@@ -3,7 +3,9 @@
 Where the reviews come from, in order: ``data.root`` (a folder holding ``train.jsonl.gz`` and
 ``test.jsonl.gz``, one JSON object per line with fields ``id, rating, label, file, text``, label
 0 = negative, 1 = positive); ``$VDRNN_DATA_DIR/imdb``; ``datasets.load_dataset("imdb")`` for users
-with internet (Hugging Face's copy of the same 50,000 reviews).
+with internet (Hugging Face's copy of the same 50,000 reviews; should its order differ from the files', so would
+the validation split, which ``data.split_seed`` draws by position). A ``$VDRNN_DATA_DIR/imdb`` folder that lacks a
+file is an error, not a reason to download.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def load(root: str | None) -> dict[str, list[Review]]:
     if root:
         return _read_folder(Path(root).expanduser(), f"data.root={root}")
     env = os.environ.get("VDRNN_DATA_DIR")
-    if env and all((Path(env).expanduser() / "imdb" / f).is_file() for f in file_names()):
+    if env and (Path(env).expanduser() / "imdb").is_dir():  # a folder missing a file is an error, not a download
         return _read_folder(Path(env).expanduser() / "imdb", "$VDRNN_DATA_DIR/imdb")
     try:
         return _from_hugging_face()
@@ -58,8 +60,12 @@ def _read_folder(folder: Path, origin: str) -> dict[str, list[Review]]:
         try:
             with gzip.open(path, "rt", encoding="utf-8") as f:
                 splits[split] = [Review(r["text"], int(r["label"])) for r in map(json.loads, f)]
-        except (OSError, ValueError, KeyError) as err:
-            raise DataError(f"{path} is not a gzipped JSON Lines file with text and label fields ({err})") from err
+        except (OSError, EOFError, ValueError, KeyError, TypeError) as err:  # EOFError: a truncated .gz
+            raise DataError(f"{path} is not a whole gzipped JSON Lines file with text and label fields "
+                            f"({type(err).__name__}: {err}); copy it again") from err
+        labels = {r.label for r in splits[split]}
+        if not labels <= {0, 1}:
+            raise DataError(f"{path} has labels {sorted(labels - {0, 1})}; IMDB's are 0 (negative) and 1 (positive)")
     return splits
 
 

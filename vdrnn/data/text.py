@@ -3,7 +3,7 @@
 Tokenization (:func:`tokenize`), one rule for IMDB and the Pang & Lee scale data:
 1. lowercase;
 2. HTML tags (IMDB's ``<br />`` line breaks, the odd ``<i>``) become a space, so that
-   ``"end.<br /><br />The"`` gives ``end . the`` and never a token ``br``;
+   ``"end.<br /><br />The"`` gives ``end . the`` and never a token ``br``; a ``<`` that opens no tag stays text;
 3. split into words (runs of letters and digits, keeping inner apostrophes: ``don't``, ``it's``)
    and single punctuation characters (``!``, ``?``, ``,``, ``.`` each a token of their own).
 
@@ -23,7 +23,9 @@ import torch
 PAD, UNK = "<pad>", "<unk>"
 PAD_ID, UNK_ID = 0, 1
 
-_TAG = re.compile(r"<[^>]*>")
+# A tag opens with a letter right after "<" (or "</"): "<br />", "<i>", "</spoiler>". A bare "<" is text ("<3",
+# "costs < $600 ... >"): matching "<[^>]*>" would delete everything up to the next ">", whole sentences at times.
+_TAG = re.compile(r"</?[a-z][^<>]{0,80}>")  # on lowercased text
 _TOKEN = re.compile(r"\w+(?:'\w+)*|[^\w\s]")
 
 

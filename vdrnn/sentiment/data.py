@@ -4,8 +4,8 @@ IMDB (classification): the 25,000 training reviews are shuffled with ``data.spli
 ``valid_fraction`` of them (2,500 by default) are held out for validation; the 25,000 test reviews are
 only read at the end (and for the per-epoch test curve). Each review keeps its last ``max_length`` tokens.
 
-Scale (regression, Gal's set-up): the 5,006 reviews are shuffled with ``data.split_seed`` and split
-**by review**: the last ``test_fraction`` (20%) are the test set, ``valid_fraction`` of the rest is
+Scale (regression, Gal's set-up): the 5,006 reviews are shuffled with ``data.split_seed``, repeated texts
+kept once (4,959 remain), and split **by review**: the last ``test_fraction`` (20%) are the test set, ``valid_fraction`` of the rest is
 held out for validation. Every review is then cut into consecutive ``max_length``-token chunks, each
 carrying its review's rating. Gal's script shuffles reviews, chunks them and cuts the chunk list at
 80%, so its split is also by review except for the one review straddling the cut; splitting by
@@ -102,8 +102,17 @@ def _load_imdb(cfg: SentimentDataConfig) -> TaskData:
     return TaskData(CLASSIFICATION, vocab, split("train"), split("valid"), split("test"), num_outputs=2)
 
 
+def _first_copies(reviews: list) -> list:
+    """``reviews`` without later copies of a text already seen, in order."""
+    seen: set[str] = set()
+    return [r for r in reviews if not (r.text in seen or seen.add(r.text))]
+
+
 def _load_scale(cfg: SentimentDataConfig) -> TaskData:
-    reviews = _shuffled(scale.load(cfg.root), cfg.split_seed, cfg.limit)
+    # 46 texts appear more than once in the files (47 extra copies; same critic, same rating, adjacent lines), and a
+    # split by review would put copies on both sides of the cut. The later copies go after the shuffle, so every
+    # other review keeps the place split_seed gives it.
+    reviews = _first_copies(_shuffled(scale.load(cfg.root), cfg.split_seed, None))[: cfg.limit]
     n_test = _held_out(len(reviews), cfg.test_fraction)
     train, test = reviews[: len(reviews) - n_test], reviews[len(reviews) - n_test :]
     parts, words, vocab = _parts(train, test, cfg)
