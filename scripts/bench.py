@@ -18,12 +18,14 @@ Times are CUDA-event medians over many steps after warm-up. Writes bench.md and 
 
 --sweep times one fused layer per block shape and runs the table with the fastest shape per size.
 
-Deliberately free of hydra/omegaconf (vdrnn.config): the GPU machine may lack them.
+Imports vdrnn's model and training-step modules, so the machine needs vdrnn's dependencies (omegaconf
+among them, through vdrnn.graphed), though not hydra.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -51,6 +53,7 @@ INIT = {650: 0.05, 1500: 0.04}
 STEP_VARIANTS = ("cudnn", "cudnn-graphed", "reference-tied", "reference-untied", "fast-tied", "fast-untied",
                  "fast-eager-tied")
 GRAPHED_VARIANTS = ("cudnn-graphed", "fast-tied", "fast-untied")
+MIN_ITERS = 4  # the reference and eager paths are timed over iters // 4 steps
 
 
 def dropout_for(variant: str) -> DropoutConfig:
@@ -117,33 +120,35 @@ def bench_configs(args, best: dict) -> list[dict]:
                for _ in range(8)]
     import vdrnn.fused as fused
 
+    default = tuple(getattr(fused, k) for k in KNOBS)
     for hidden in args.hidden:
         for amp in args.amp:
-            for knob, value in zip(KNOBS, best.get((hidden, amp), [getattr(fused, k) for k in KNOBS]), strict=True):
-                setattr(fused, knob, value)  # the sweep's fastest block shape, if there was a sweep
-            for variant in STEP_VARIANTS:
-                if variant not in args.variants:
-                    continue
-                torch.manual_seed(0)
-                model, optimizer = build(hidden, variant)
-                step = make_step(model, optimizer, hidden, variant, amp)
-                slow = variant.startswith("reference") or variant.startswith("fast-eager")
-                iters = args.iters // 4 if slow else args.iters
-                started = time.perf_counter()
-                try:
-                    times = time_steps(step, batches, warmup=args.warmup, iters=iters)
-                except Exception as err:  # report and go on: one broken path must not hide the others
-                    print(f"  {hidden:5d} {amp:4s} {variant:18s} FAILED: {err!r}"[:500], flush=True)
-                    times = [float("nan")]
-                ms = statistics.median(times)
-                rows.append({"hidden": hidden, "amp": amp, "variant": variant, "ms": ms,
-                             "fused_config": {k: getattr(fused, k) for k in KNOBS},
-                             "p10": sorted(times)[len(times) // 10], "p90": sorted(times)[9 * len(times) // 10],
-                             "iters": iters, "wps": TOKENS / ms * 1e3})
-                print(f"  {hidden:5d} {amp:4s} {variant:18s} {ms:8.3f} ms/step  "
-                      f"({time.perf_counter() - started:.1f}s)", flush=True)
-                del model, optimizer, step
-                torch.cuda.empty_cache()
+            # The sweep's fastest block shape for this size and precision; without one, the defaults (not the
+            # shape the size before ran with).
+            with block_shape(best.get((hidden, amp), default)):
+                for variant in STEP_VARIANTS:
+                    if variant not in args.variants:
+                        continue
+                    torch.manual_seed(0)
+                    model, optimizer = build(hidden, variant)
+                    step = make_step(model, optimizer, hidden, variant, amp)
+                    slow = variant.startswith("reference") or variant.startswith("fast-eager")
+                    iters = args.iters // 4 if slow else args.iters
+                    started = time.perf_counter()
+                    try:
+                        times = time_steps(step, batches, warmup=args.warmup, iters=iters)
+                    except Exception as err:  # report and go on: one broken path must not hide the others
+                        print(f"  {hidden:5d} {amp:4s} {variant:18s} FAILED: {err!r}"[:500], flush=True)
+                        times = [float("nan")]
+                    ms = statistics.median(times)
+                    rows.append({"hidden": hidden, "amp": amp, "variant": variant, "ms": ms,
+                                 "fused_config": {k: getattr(fused, k) for k in KNOBS},
+                                 "p10": sorted(times)[len(times) // 10], "p90": sorted(times)[9 * len(times) // 10],
+                                 "iters": iters, "wps": TOKENS / ms * 1e3})
+                    print(f"  {hidden:5d} {amp:4s} {variant:18s} {ms:8.3f} ms/step  "
+                          f"({time.perf_counter() - started:.1f}s)", flush=True)
+                    del model, optimizer, step
+                    torch.cuda.empty_cache()
     return with_ratios(rows)
 
 
@@ -291,38 +296,58 @@ SWEEP = [(16, 64, 4, 3, 3), (16, 64, 4, 3, 2), (16, 64, 4, 3, 4), (16, 64, 4, 3,
 KNOBS = ("BLOCK_H", "BLOCK_K", "NUM_WARPS", "NUM_STAGES", "PROGRAMS_PER_SM")
 
 
+@contextlib.contextmanager
+def block_shape(shape: tuple):
+    """vdrnn.fused's block-shape knobs (KNOBS, in that order) set to ``shape`` inside the block, and back to what
+    they were after it, so that no later stage runs with a shape it did not ask for."""
+    import vdrnn.fused as fused
+
+    saved = tuple(getattr(fused, k) for k in KNOBS)
+    for knob, value in zip(KNOBS, shape, strict=True):
+        setattr(fused, knob, value)
+    try:
+        yield
+    finally:
+        for knob, value in zip(KNOBS, saved, strict=True):
+            setattr(fused, knob, value)
+
+
+def sweep_best(rows: list[dict]) -> dict[tuple[int, str], tuple]:
+    """The fastest block shape (KNOBS' values) per (hidden, amp) among --sweep's rows."""
+    best = {}
+    for key in dict.fromkeys((r["hidden"], r["amp"]) for r in rows):
+        fastest = min((r for r in rows if (r["hidden"], r["amp"]) == key), key=lambda r: r["ms_fwd_bwd_layer"])
+        best[key] = tuple(fastest["config"][k] for k in KNOBS)
+    return best
+
+
 def sweep(hidden_sizes, amps) -> list[dict]:
     """One layer's fused forward+backward (tied masks, T=35, B=20), replayed as a CUDA graph, per
     block shape. ms / 70 bounds the time of one step kernel."""
     import vdrnn.fused as fused
 
     rows = []
-    default = tuple(getattr(fused, k) for k in KNOBS)
     for hidden in hidden_sizes:
         for amp in amps:
             x, state, params, masks = layer_problem(hidden)
             grad_y = torch.randn(BPTT, BATCH, hidden, device="cuda")
             for cfg in SWEEP:
-                for knob, value in zip(KNOBS, cfg, strict=True):
-                    setattr(fused, knob, value)
-
                 def fwd_bwd(x=x, state=state, params=params, masks=masks, grad_y=grad_y, amp=amp):
                     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp == "bf16"):
                         y, _ = fused.lstm_fused(x, state, params, masks)
                     y.backward(grad_y)
-                try:
-                    ms = graph_ms(fwd_bwd, replays=30)
-                except Exception as err:  # a block shape the compiler refuses: report, go on
-                    print(f"  sweep H={hidden} {amp} {cfg}: failed: {err!r}"[:300], flush=True)
-                    continue
-                plan = fused._Plan(BATCH, hidden, x.device)
-                rows.append({"hidden": hidden, "amp": amp, "config": dict(zip(KNOBS, cfg, strict=True)),
-                             "split_fwd": plan.split_f, "split_bwd": 4 * plan.ks, "ms_fwd_bwd_layer": ms})
-                print(f"  sweep H={hidden:5d} {amp:4s} {','.join(map(str, cfg)):16s} splits {plan.split_f}/"
-                      f"{4 * plan.ks}: {ms:.3f} ms per layer fwd+bwd ({ms / (2 * BPTT) * 1e3:.1f} us per step "
-                      f"kernel at most)", flush=True)
-    for knob, value in zip(KNOBS, default, strict=True):
-        setattr(fused, knob, value)
+                with block_shape(cfg):
+                    try:
+                        ms = graph_ms(fwd_bwd, replays=30)
+                    except Exception as err:  # a block shape the compiler refuses: report, go on
+                        print(f"  sweep H={hidden} {amp} {cfg}: failed: {err!r}"[:300], flush=True)
+                        continue
+                    plan = fused._Plan(BATCH, hidden, x.device)
+                    rows.append({"hidden": hidden, "amp": amp, "config": dict(zip(KNOBS, cfg, strict=True)),
+                                 "split_fwd": plan.split_f, "split_bwd": 4 * plan.ks, "ms_fwd_bwd_layer": ms})
+                    print(f"  sweep H={hidden:5d} {amp:4s} {','.join(map(str, cfg)):16s} splits {plan.split_f}/"
+                          f"{4 * plan.ks}: {ms:.3f} ms per layer fwd+bwd ({ms / (2 * BPTT) * 1e3:.1f} us per step "
+                          f"kernel at most)", flush=True)
     return rows
 
 
@@ -396,6 +421,7 @@ def diag(hidden_sizes) -> list[str]:
 
     lines = []
     for hidden in hidden_sizes:
+        first = len(lines)  # this size's lines, printed when they are all in
         grid = (triton.cdiv(hidden, 16), 8)
         buf = torch.randn(grid[0] * grid[1] * 16, device="cuda")
         ms = graph_ms(lambda buf=buf, grid=grid: [_touch[grid](buf, BLOCK=16) for _ in range(BPTT)])
@@ -415,7 +441,7 @@ def diag(hidden_sizes) -> list[str]:
             lines.append(f"diag H={hidden}: fused forward only (no grad), split {split}: {ms:.3f} ms per 35 steps "
                          f"= {ms / BPTT * 1e3:.1f} us/step")
         fused.FORCE_SPLIT = None
-        print("\n".join(lines[-(4 + len({1, 2, 4, 8, tiles})):]), flush=True)
+        print("\n".join(lines[first:]), flush=True)
     return lines
 
 
@@ -465,7 +491,8 @@ def main() -> None:
                         help="model sizes (the medium and large models' clip and init are known)")
     parser.add_argument("--amp", nargs="+", default=["off", "bf16"], choices=["off", "bf16"])
     parser.add_argument("--variants", nargs="+", default=list(STEP_VARIANTS), choices=STEP_VARIANTS)
-    parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--iters", type=int, default=200,
+                        help=f"timed steps per path (at least {MIN_ITERS}: the slow paths get a quarter)")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--check", action="store_true", help="compare fast vs reference on the GPU first")
     parser.add_argument("--mc", action="store_true", help="also time MC-dropout evaluation (1,000 samples)")
@@ -481,6 +508,8 @@ def main() -> None:
     parser.add_argument("--diag", action="store_true", help="time a trivial kernel, cuBLAS and forward splits")
     parser.add_argument("--ncu-target", type=int, default=0, help="only run one fused layer of this size (for ncu)")
     args = parser.parse_args()
+    if args.iters < MIN_ITERS:  # fewer, and a quarter of them would time no step at all
+        parser.error(f"--iters {args.iters}: at least {MIN_ITERS}")
     if not torch.cuda.is_available():
         sys.exit("bench.py needs CUDA")
     if args.mc and not (Path(args.data) / "ptb.test.txt").exists():  # fail now, not after the step table
@@ -518,8 +547,7 @@ def main() -> None:
     best = {}
     if args.sweep:  # before the steps: they then run with the fastest block shape per size and precision
         report["sweep"] = sweep(args.hidden, args.amp)
-        for r in sorted(report["sweep"], key=lambda r: r["ms_fwd_bwd_layer"], reverse=True):
-            best[(r["hidden"], r["amp"])] = tuple(r["config"].values())
+        best = sweep_best(report["sweep"])
         report["sweep_best"] = {f"{h} {a}": c for (h, a), c in best.items()}
         print("sweep best:", report["sweep_best"], flush=True)
         save()

@@ -40,7 +40,12 @@ from vdrnn import fused, fused_gru  # noqa: E402
 
 SM_COUNT, BATCH, MC_BATCH = 132, 20, 1000  # H100 / H200, the benchmark's batch, MC evaluation's
 SHARED_LIMIT = 232_448  # bytes of shared memory one program may use on sm_90
-INTS = {"t", "B", "stride_w", "stride_zb", "stride_zg"}  # every other argument is a pointer but c_scale
+# The kernels' scalar arguments by type. Pointers are the arguments named *_ptr; any other name is an error, so
+# that a new scalar argument is given its type here instead of being compiled as a pointer.
+INTS = {"t", "B", "stride_w", "stride_zb", "stride_zg"}
+FLOATS = {"c_scale"}
+OP_POINTERS = {"w_ptr", "xp_ptr", "y_ptr", "hz_ptr", "dgo_ptr"}  # the tensors that are bf16 under autocast
+INT_POINTERS = {"cnt_ptr"}
 
 
 def signature(kernel, op_dtype: str, constexprs: dict) -> dict:
@@ -52,14 +57,17 @@ def signature(kernel, op_dtype: str, constexprs: dict) -> dict:
             types[name] = "constexpr"
         elif name in INTS:
             types[name] = "i32"
-        elif name == "c_scale":
+        elif name in FLOATS:
             types[name] = "fp32"
-        elif name == "cnt_ptr":
+        elif name in INT_POINTERS:
             types[name] = "*i32"
-        elif name in ("w_ptr", "xp_ptr", "y_ptr", "hz_ptr", "dgo_ptr"):  # the tensors that are bf16 under autocast
+        elif name in OP_POINTERS:
             types[name] = f"*{op_dtype}"
-        else:
+        elif name.endswith("_ptr"):
             types[name] = "*fp32"
+        else:
+            raise ValueError(f"{kernel.__name__}: argument {name!r} is no pointer (*_ptr), not in INTS or FLOATS "
+                             "and not a constexpr of the case: give it its type in kernel_ptx.py")
     return types
 
 

@@ -11,8 +11,10 @@ Each job runs `vdrnn train experiment=<preset> seed=<s>` in its own folder <root
 (for --size, <preset> is <size>_<row>).
 A finished job (metrics.json present) is skipped and an unfinished one resumes from its last.pt, so the
 script can be called again and again until every job is done: that is how a run longer than one
-session (or one 10-minute command) completes. `--deadline-min` stops the jobs still running after that
-many minutes (their last completed epoch is safe in last.pt) and still writes the report of what is done.
+session (or one 10-minute command) completes. Each call must ask for the same overrides as the calls before
+it: a job folder whose .hydra/overrides.yaml differs is refused (use a new --root for other overrides).
+`--deadline-min` stops the jobs still running after that many minutes (their last completed epoch is safe
+in last.pt), starts no job after it, and still writes the report of what is done.
 
 Each job sees one GPU (CUDA_VISIBLE_DEVICES) from --gpus, the least busy one, with at most --parallel
 jobs on each. Why only two by default: a second job fills the gaps one job leaves (validation,
@@ -20,7 +22,9 @@ checkpoints, Python between CUDA graphs), but beyond that processes on one GPU o
 large runs side by side on one H200 trained at the same total speed as one after the other (README,
 "Scale out"), so more jobs per GPU would only make each finish later.
 
-The report goes to <root>/report unless --report says otherwise; the script exits non-zero if a job failed.
+The report goes to <root>/report unless --report says otherwise. Exit status: 0 when every job is done,
+1 when a job or the report failed, 3 (EXIT_UNFINISHED) when the deadline left jobs stopped or not started:
+call again until it exits 0.
 """
 
 from __future__ import annotations
@@ -32,7 +36,10 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 ROWS = ["none", "moon", "moon_emb", "zaremba", "variational", "variational_untied"]
+EXIT_UNFINISHED = 3  # the deadline left jobs to run: not a failure, a "call until done" loop calls again
 
 
 def vdrnn_command() -> list[str]:
@@ -40,10 +47,47 @@ def vdrnn_command() -> list[str]:
     return [sys.executable, "-m", "vdrnn.cli"]
 
 
+def job_overrides(preset: str, seed: int, overrides: list[str]) -> list[str]:
+    """A job's overrides as Hydra records them in <folder>/.hydra/overrides.yaml (hydra.run.dir, which the job
+    also gets, is a Hydra override and recorded elsewhere)."""
+    return [f"experiment={preset}", f"seed={seed}", "trainer.progress=false", *overrides]
+
+
+def earlier_overrides(folder: Path, overrides: list[str]) -> list[str] | None:
+    """The overrides an earlier call ran the job in ``folder`` with, if they are not ``overrides``; None if they
+    are, or if no job got as far as Hydra recording them."""
+    recorded = folder / ".hydra" / "overrides.yaml"
+    if not recorded.exists():
+        return None
+    earlier = yaml.safe_load(recorded.read_text()) or []
+    # Sorted: the same overrides in another order compose the same config.
+    return earlier if sorted(earlier) != sorted(overrides) else None
+
+
+def visible_devices(gpus: list[int]) -> list[str]:
+    """The CUDA_VISIBLE_DEVICES value of a job on each GPU of ``gpus``, indices among the GPUs this process sees
+    (positions in its own CUDA_VISIBLE_DEVICES when that is set, as the job's value replaces it).
+
+    An index no GPU has is a ValueError: the job would see no GPU, and device=auto would train it on the CPU,
+    for hours, without a word.
+    """
+    import torch  # here, not at the top: only --gpus needs it, and it takes seconds to import
+
+    count = torch.cuda.device_count()
+    missing = [str(gpu) for gpu in gpus if not 0 <= gpu < count]
+    if missing:
+        raise ValueError(f"no GPU {', '.join(missing)}: this process sees {count} GPU(s)"
+                         + (f", indices 0 to {count - 1}" if count else ""))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return [visible.split(",")[gpu].strip() if visible else str(gpu) for gpu in gpus]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      epilog="Overrides for every job go after `--` (or before the options), since "
-                                            "--seeds, --gpus, --rows and --experiments take every value after them.")
+                                            "--seeds, --gpus, --rows and --experiments take every value after them. "
+                                            f"Exit status {EXIT_UNFINISHED}: the deadline left jobs unfinished, call "
+                                            "again; 1: a job or the report failed.")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--size", choices=["medium", "large"], help="Table 1's rows for this model size")
     which.add_argument("--experiments", nargs="+", help="any presets of conf/experiment/")
@@ -51,17 +95,27 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[1])
     parser.add_argument("--parallel", type=int, default=2, help="jobs running at once on each GPU")
     parser.add_argument("--gpus", nargs="+", type=int, default=None,
-                        help="GPU indices to spread the jobs over (default: leave CUDA_VISIBLE_DEVICES as it is)")
+                        help="indices of the GPUs (as this process sees them) to spread the jobs over "
+                             "(default: leave CUDA_VISIBLE_DEVICES as it is)")
     parser.add_argument("--root", type=Path, default=None, help="default: runs/ptb-<size> (runs/presets)")
     parser.add_argument("--report", type=Path, default=None, help="default: <root>/report")
-    parser.add_argument("--deadline-min", type=float, default=None, help="stop unfinished jobs after this long")
+    parser.add_argument("--deadline-min", type=float, default=None,
+                        help="stop unfinished jobs, and start no more, after this many minutes "
+                             f"(exit status {EXIT_UNFINISHED} if any are left)")
     parser.add_argument("overrides", nargs="*", help="extra overrides for every job, e.g. trainer.amp=bf16")
     args = parser.parse_args()
     if args.parallel < 1:
         parser.error(f"--parallel {args.parallel}: at least one job per GPU")
+    if args.deadline_min is not None and args.deadline_min < 0:
+        parser.error(f"--deadline-min {args.deadline_min}: at least 0 minutes")
     not_overrides = [o for o in args.overrides if "=" not in o]
     if not_overrides:
         parser.error(f"{' '.join(not_overrides)}: overrides are key=value (e.g. trainer.amp=bf16)")
+    try:
+        # None: the jobs inherit this process's CUDA_VISIBLE_DEVICES
+        devices = dict(zip(args.gpus, visible_devices(args.gpus), strict=True)) if args.gpus else {None: None}
+    except ValueError as err:
+        parser.error(f"--gpus: {err}")
     if args.size:
         presets = [f"{args.size}_{row}" for row in args.rows]
         root = args.root or Path("runs") / f"ptb-{args.size}"
@@ -71,26 +125,42 @@ def main() -> None:
     # Not results/: a report of new runs must not overwrite the committed tables of the runs kept there.
     report = args.report or root / "report"
 
-    pending = [(preset, seed) for preset in presets for seed in args.seeds
-               if not (root / preset / f"seed{seed}" / "metrics.json").exists()]
+    jobs = [(preset, seed, root / preset / f"seed{seed}") for preset in presets for seed in args.seeds]
+    # A job folder of other overrides would be resumed, or skipped and reported, as if it were this experiment.
+    for preset, seed, folder in jobs:
+        wanted = job_overrides(preset, seed, args.overrides)
+        earlier = earlier_overrides(folder, wanted)
+        if earlier is not None:
+            sys.exit(f"{folder} was run with the overrides {' '.join(earlier) or '(none)'}, not {' '.join(wanted)}: "
+                     "pass a new --root for other overrides")
+    pending = [(preset, seed, folder) for preset, seed, folder in jobs if not (folder / "metrics.json").exists()]
     print(f"{len(pending)} job(s) to run in {root}", flush=True)
-    deadline = time.monotonic() + 60 * args.deadline_min if args.deadline_min else None
-    gpus = args.gpus or [None]  # None: the jobs inherit this process's CUDA_VISIBLE_DEVICES
+    deadline = time.monotonic() + 60 * args.deadline_min if args.deadline_min is not None else None
+    gpus = list(devices)
     running: list[tuple[subprocess.Popen, str, int | None]] = []
     failed = []
+    stopped = []
 
     def least_busy() -> int | None:
         return min(gpus, key=lambda gpu: sum(job[2] == gpu for job in running))
 
     while pending or running:
+        # Checked before starting jobs: one started past the deadline would only be stopped seconds later.
+        if deadline is not None and time.monotonic() >= deadline:
+            for process, folder, _ in running:
+                process.terminate()
+                print(f"stopped at the deadline: {folder} (resumes from last.pt next time)", flush=True)
+            for process, _, _ in running:
+                process.wait()
+            stopped = [folder for _, folder, _ in running]
+            break
         while pending and len(running) < args.parallel * len(gpus):
-            preset, seed = pending.pop(0)
-            folder = root / preset / f"seed{seed}"
+            preset, seed, folder = pending.pop(0)
             folder.mkdir(parents=True, exist_ok=True)
-            command = [*vdrnn_command(), "train", f"experiment={preset}", f"seed={seed}",
-                       f"hydra.run.dir={folder}", "trainer.progress=false", *args.overrides]
+            command = [*vdrnn_command(), "train", *job_overrides(preset, seed, args.overrides),
+                       f"hydra.run.dir={folder}"]
             gpu = least_busy()
-            env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {})}
+            env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": devices[gpu]} if gpu is not None else {})}
             log = open(folder / "stdout.log", "a")
             running.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), str(folder), gpu))
             print(f"started {folder}" + (f" on GPU {gpu}" if gpu is not None else ""), flush=True)
@@ -103,17 +173,22 @@ def main() -> None:
                     failed.append(folder)
                 print(f"{'finished' if process.returncode == 0 else f'FAILED ({process.returncode})'} {folder}",
                       flush=True)
-        if deadline and time.monotonic() > deadline:
-            for process, folder, _ in running:
-                process.terminate()
-                print(f"stopped at the deadline: {folder} (resumes from last.pt next time)", flush=True)
-            for process, _, _ in running:
-                process.wait()
-            break
+    if pending:
+        print(f"{len(pending)} job(s) not started before the deadline: "
+              f"{', '.join(str(folder) for _, _, folder in pending)}", flush=True)
+    report_status = 0
     if any(root.rglob("metrics.json")):
-        subprocess.run([*vdrnn_command(), "report", str(root), "--out", str(report)], check=True)
+        # Not check=True: a failed report must not hide the summary of failed jobs below.
+        report_status = subprocess.run([*vdrnn_command(), "report", str(root), "--out", str(report)]).returncode
+    problems = []
     if failed:
-        sys.exit(f"{len(failed)} job(s) failed, see their stdout.log: {', '.join(failed)}")
+        problems.append(f"{len(failed)} job(s) failed, see their stdout.log: {', '.join(failed)}")
+    if report_status != 0:
+        problems.append(f"the report failed (vdrnn report exited {report_status}), see its output above")
+    if problems:
+        sys.exit("\n".join(problems))
+    if pending or stopped:
+        sys.exit(EXIT_UNFINISHED)
 
 
 if __name__ == "__main__":

@@ -29,12 +29,14 @@ SCHEMES = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps, after one of warm-up (at least 1)")
     parser.add_argument("--cells", nargs="+", default=["lstm", "gru"])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--impls", nargs="+", default=["auto"], choices=["auto", "fast", "reference"],
                         help="model.impl for the masked recurrences (fast: the fused LSTM/GRU kernels)")
     args = parser.parse_args()
+    if args.steps < 1:  # the time per step is taken over the steps after the warm-up one
+        parser.error(f"--steps {args.steps}: at least 1")
     batch, length, vocab = 128, 200, 20_000
     for cell, impl in ((c, i) for c in args.cells for i in args.impls):
         for name, dropout in SCHEMES.items():
