@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 from conftest import TINY, run_cli
@@ -55,10 +56,12 @@ def test_report_keeps_the_points_of_a_dropout_grid_apart(tmp_path, tiny_corpus):
 MEDIUM_VARIATIONAL = {"scheme": "variational", "embedding": 0.2, "input": 0.5, "recurrent": 0.2, "output": 0.5}
 
 
-def fake_ptb_run(folder, seed, overrides, epochs=39, time_limited=False, dropout=MEDIUM_VARIATIONAL, noise=None):
-    """A finished medium PTB run, with Hydra's record of its command line (a list of strings)."""
+def fake_ptb_run(folder, seed, overrides, epochs=39, time_limited=False, dropout=MEDIUM_VARIATIONAL, noise=None,
+                 hidden=650):
+    """A finished PTB run (medium unless ``hidden`` says otherwise), with Hydra's record of its command line (a list
+    of strings)."""
     folder.mkdir(parents=True)
-    config = {"data": {"name": "ptb"}, "model": {"hidden_size": 650}, "dropout": dropout, "seed": seed,
+    config = {"data": {"name": "ptb"}, "model": {"hidden_size": hidden}, "dropout": dropout, "seed": seed,
               "trainer": {"epochs": 39, "max_minutes": 30 if time_limited else None}}
     metrics = {"valid_ppl": 82.0 + seed, "test_ppl": 79.0 + seed, "epochs": epochs, "time_limited": time_limited,
                "train_seconds": 600, "wps": 50_000, "config": config, **({"noise": noise} if noise else {})}
@@ -141,3 +144,68 @@ def test_learned_noise_rows_show_where_each_sites_p_ended_averaged_over_seeds(tm
     assert learned_row["seeds"] == "2"
     assert learned_row["dropout"].endswith("; learned p: in 0.45/0.50, h 0.50/0.30, out 0.45")
     assert rows["variational"]["dropout"] == "emb 0.2, in 0.5, h 0.2, out 0.5"  # fixed p: nothing learned to show
+
+
+def test_ptb_rows_go_small_medium_large_then_other_sizes(tmp_path):
+    for hidden in (1500, 300, 200, 650):
+        fake_ptb_run(tmp_path / "runs" / f"h{hidden}", 1, [], hidden=hidden)
+    assert [row["size"] for row in ptb_rows(tmp_path)] == ["small", "medium", "large", "300 units"]
+
+
+def test_overlapping_folders_count_each_run_once(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    fake_ptb_run(runs / "s1", 1, [])
+    fake_ptb_run(runs / "s2", 2, [])
+    monkeypatch.chdir(tmp_path)
+    report.write_report([Path("runs"), runs / "s2"], tmp_path / "out")  # `vdrnn report runs $PWD/runs/s2`
+    with open(tmp_path / "out" / "table.csv") as f:
+        [row] = csv.DictReader(f)
+    assert row["seeds"] == "2"
+
+
+def test_a_folder_that_does_not_exist_is_an_error_even_beside_one_with_runs(tmp_path, capsys):
+    fake_ptb_run(tmp_path / "runs" / "s1", 1, [])
+    typo = tmp_path / "rusn"
+    with pytest.raises(SystemExit) as exit_:
+        report.main([str(tmp_path / "runs"), str(typo), "--out", str(tmp_path / "out")])
+    assert exit_.value.code == 2 and f"no such folder: {typo}" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def unfinished_run(folder):
+    """A run stopped before its final test: epochs in metrics.jsonl, no metrics.json."""
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "valid_ppl": 120.0}) + "\n")
+
+
+def test_unfinished_runs_are_left_out_with_a_warning_that_names_them(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    fake_ptb_run(runs / "s1", 1, [])
+    unfinished_run(runs / "s2")
+    [row] = ptb_rows(tmp_path)
+    assert row["seeds"] == "1"
+    err = capsys.readouterr().err
+    assert "warning: leaving out unfinished runs" in err and str(runs / "s2") in err and "hydra.run.dir=" in err
+    assert str(runs / "s1") not in err
+
+
+def test_folders_of_only_unfinished_runs_say_so_and_how_to_resume(tmp_path):
+    unfinished_run(tmp_path / "runs" / "s1")
+    with pytest.raises(SystemExit, match="only unfinished ones") as exit_:
+        report.write_report([tmp_path / "runs"], tmp_path / "out")
+    assert str(tmp_path / "runs" / "s1") in str(exit_.value) and "hydra.run.dir=<run>" in str(exit_.value)
+
+
+def test_a_corrupt_metrics_json_is_an_error_that_names_it(tmp_path):
+    fake_ptb_run(tmp_path / "runs" / "s1", 1, [])
+    path = tmp_path / "runs" / "s1" / "metrics.json"
+    path.write_text(path.read_text()[:40])  # cut short
+    with pytest.raises(SystemExit, match="not valid JSON") as exit_:
+        report.write_report([tmp_path / "runs"], tmp_path / "out")
+    assert str(path) in str(exit_.value)
+
+
+def test_settings_leave_out_what_does_not_make_another_experiment_and_read_5_as_5_0():
+    config = {"seed": 2, "paper": {"row": "Zaremba et al. 2014", "test": 82.7},
+              "data": {"name": "ptb", "root": "/data"}, "trainer": {"clip": 5.0, "max_minutes": None}}
+    assert report.settings(config) == {"data.name": '"ptb"', "trainer.clip": "5"}

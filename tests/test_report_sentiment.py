@@ -182,3 +182,47 @@ def test_every_curve_of_a_crowded_panel_looks_different():
     looks = [(line.get_color(), line.get_linestyle()) for line in ax.get_lines()]
     plt.close(fig)
     assert len(set(looks)) == 12
+
+
+def test_a_run_joins_a_row_only_if_it_is_the_same_experiment_as_every_run_there(tmp_path):
+    runs = tmp_path / "runs"
+    # The old run logged no data.max_length, so it matches either of the others; they must still stay apart.
+    fake_run(runs / "a_old", "imdb", "lstm", "variational", "tied", 1, 0.85)
+    fake_run(runs / "b_200", "imdb", "lstm", "variational", "tied", 2, 0.86, data={"max_length": 200})
+    fake_run(runs / "c_400", "imdb", "lstm", "variational", "tied", 3, 0.88, data={"max_length": 400})
+    assert "data.max_length" not in report.base_settings()  # else the old run would have it at its default
+    report.write_report([runs], tmp_path / "out")
+    with open(tmp_path / "out" / "imdb_table.csv") as f:
+        rows = [(r["row"], r["seeds"]) for r in csv.DictReader(f)]
+    # Each row is named by the max_length of its runs, the old run's row too (it holds the 200 run).
+    assert rows == [("LSTM · variational [data.max_length=200]", "2"), ("LSTM · variational [data.max_length=400]", "1")]
+
+
+def test_a_sentiment_rows_overrides_leave_out_the_evaluation_batch_size_a_language_models_keep(tmp_path):
+    runs = tmp_path / "runs"
+    fake_run(runs / "a", "imdb", "lstm", "variational", "tied", 1, 0.85)
+    (runs / "a" / "overrides.yaml").write_text("- data.eval_batch_size=500\n- trainer.epochs=40\n")
+    report.write_report([runs], tmp_path / "out")
+    with open(tmp_path / "out" / "imdb_table.csv") as f:
+        [row] = csv.DictReader(f)
+    assert row["overrides"] == "trainer.epochs=40"  # it changes no number of a sentiment run: not a setting there
+    # A language model's evaluation batch is a setting (it cuts the text into other streams): it shows.
+    assert report.run_overrides(runs / "a", report.QUIET_OVERRIDES) == ["data.eval_batch_size=500", "trainer.epochs=40"]
+
+
+def test_the_reliability_legend_gives_the_mean_of_the_seeds_eces(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = tmp_path / "runs"
+    calibrated_run(runs / "a", 1, 0.019, 0.007, [-0.017, -0.008])
+    calibrated_run(runs / "b", 2, 0.007, 0.017, [0.009, 0.016])
+    [row] = report.collect_sentiment([runs])["imdb"]
+    fig, ax = plt.subplots()
+    report.reliability_panel(ax, row)
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
+    plt.close(fig)
+    # The curve pools the seeds' bins, so the number beside it is not its own ECE but the seeds' mean: say so.
+    assert labels == ["weight scaling (mean ECE 0.0130)", "MC dropout (mean ECE 0.0120)", "calibrated"]

@@ -1,7 +1,8 @@
 """`vdrnn report DIR...`: Table 1 from finished runs, beside the paper's numbers, plus validation curves.
 
 Runs are found by their ``metrics.json`` anywhere under the given folders (a run dir, a sweep dir, or
-several). Runs that differ only by seed form one row, reported as mean ± std over seeds. A row is named
+several; a run under two of them counts once); unfinished runs (``metrics.jsonl`` but no ``metrics.json``) are
+left out with a warning that names them. Runs that differ only by seed form one row, reported as mean ± std over seeds. A row is named
 after its experiment preset's Table 1 row (``paper.row``) or, for ad-hoc runs, after its dropout scheme.
 The last column lists what its runs' command lines changed beyond their preset (say ``trainer.clip=5``, or
 ``trainer.clip=5 (seed 1)`` where only some seeds did), so a row that departs from the paper's settings says so
@@ -24,6 +25,7 @@ import functools
 import json
 import math
 import statistics
+import sys
 import textwrap
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -32,13 +34,20 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from vdrnn.config import key_among
 from vdrnn.dropout import DropoutConfig
-from vdrnn.tracking import read_jsonl
+from vdrnn.tracking import flatten, read_jsonl
 
 # Table 1's order, top to bottom; ad-hoc rows follow in name order.
 ROW_ORDER = ["Non-regularized (early stopping)", "Moon et al. 2015", "Moon et al. + emb dropout",
              "Zaremba et al. 2014", "Variational (tied weights)", "Variational (untied weights)"]
 SIZE_NAMES = {200: "small", 650: "medium", 1500: "large"}
+SIZE_ORDER = list(SIZE_NAMES.values())  # the table's and the plot's order; other sizes follow
+
+
+def _rank(known: list[str], item: str) -> int:
+    """Where ``item`` sorts: its place in ``known``, or after all of them."""
+    return known.index(item) if item in known else len(known)
 
 
 @dataclass
@@ -55,7 +64,7 @@ class Row:
     @property
     def overrides(self) -> str:
         """What its runs' command lines changed beyond the preset (see overrides_column)."""
-        return overrides_column(self.runs, self.dirs)
+        return overrides_column(self.runs, self.dirs, QUIET_OVERRIDES)
 
     @property
     def label(self) -> str:
@@ -123,22 +132,17 @@ NOT_SETTINGS = ("seed", "device", "resume", "checkpoint", "init_from", "paper", 
                 "trainer.log_every", "trainer.max_minutes")
 
 
-def settings(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """The config flattened to ``{"trainer.amp": "bf16", ...}``, without NOT_SETTINGS: runs whose settings are
-    equal are seeds of one experiment."""
-    out = {}
-    for key, value in config.items():
-        name = prefix + key
-        if name in NOT_SETTINGS:
-            continue
-        if isinstance(value, dict):
-            out.update(settings(value, name + "."))
-        elif isinstance(value, float) and value.is_integer():
-            # `trainer.clip=5` on the command line logs 5 where the preset's 5.0 logs 5.0: one setting.
-            out[name] = json.dumps(int(value))
-        else:
-            out[name] = json.dumps(value)
-    return out
+def settings(config: dict[str, Any]) -> dict[str, str]:
+    """The config flattened to ``{"trainer.amp": '"bf16"', ...}`` (values as JSON text, so that any two compare),
+    without NOT_SETTINGS: runs whose settings are equal are seeds of one experiment."""
+    return {key: json.dumps(same_number(value)) for key, value in flatten(config).items()
+            if not key_among(key, NOT_SETTINGS)}
+
+
+def same_number(value: Any) -> Any:
+    """A whole float as an int: `trainer.clip=5` on the command line logs 5 where the preset's 5.0 logs 5.0, one
+    setting."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 @functools.cache
@@ -169,14 +173,24 @@ def same_experiment(a: dict[str, str], b: dict[str, str]) -> bool:
     return all(a[k] == b[k] for k in a.keys() & b.keys())
 
 
-def row_for(rows: dict[Any, list], key, config: dict[str, Any], new):
-    """The row under ``key`` whose runs are the same experiment as ``config``, or ``new()`` added there."""
+def row_for(rows: list, config: dict[str, Any]):
+    """The row among ``rows`` whose runs are each the same experiment as ``config``, or None. Each, not only the
+    first: a key that one side lacks matches any value, so an old run without ``data.max_length`` matches runs
+    at 200 and at 400, which must still not share a row."""
     mine = run_settings(config)
-    for row in rows.setdefault(key, []):
-        if same_experiment(run_settings(row.runs[0].get("config") or {}), mine):
+    for row in rows:
+        if all(same_experiment(run_settings(run.get("config") or {}), mine) for run in row.runs):
             return row
-    rows[key].append(new())
-    return rows[key][-1]
+    return None
+
+
+def row_settings(row) -> dict[str, str]:
+    """The settings of a row's runs together: they agree wherever two of them have a key (row_for), so a setting
+    that only some runs logged (an option their older seeds predate) still tells the row apart."""
+    merged = {}
+    for run in row.runs:
+        merged.update(run_settings(run.get("config") or {}))
+    return merged
 
 
 def distinguish(rows, same) -> None:
@@ -186,8 +200,8 @@ def distinguish(rows, same) -> None:
     for row in rows:
         groups.setdefault(same(row), []).append(row)
     for group in (g for g in groups.values() if len(g) > 1):
-        every = [run_settings(row.runs[0].get("config") or {}) for row in group]
-        # Keys that only some runs have are options added to vdrnn in between, not differences.
+        every = [row_settings(row) for row in group]
+        # Keys that only some rows have are options added to vdrnn in between, not differences.
         shared = set.intersection(*(set(s) for s in every))
         differ = sorted(k for k in shared if len({s[k] for s in every}) > 1)
         for row, values in zip(group, every, strict=True):
@@ -198,15 +212,18 @@ def distinguish(rows, same) -> None:
 # the dropout probabilities (dropout column; other dropout options, e.g. dropout.cell_scale, are not shown there).
 QUIET_OVERRIDES = ("experiment=", "seed=", *(f"dropout.{site}=" for site in SITE_LABELS), "trainer.progress=",
                    "trainer.log_every=", "hydra.", "data.root=", "device=", "resume=", "init_from=", "checkpoint=")
+# A sentiment row also leaves out what does not change its numbers there, as its grouping does (e.g. the
+# evaluation batch size: a row of seeds at 1,000 and 500 reviews a pass is one experiment).
+SENTIMENT_QUIET_OVERRIDES = (*QUIET_OVERRIDES, *(f"{key}=" for key in SENTIMENT_NOT_SETTINGS))
 
 
-def run_overrides(run_dir: Path) -> list[str] | None:
+def run_overrides(run_dir: Path, quiet: tuple[str, ...]) -> list[str] | None:
     """The command-line overrides a run made to its preset, e.g. ``["trainer.clip=5"]``, so that a row which
-    departs from the paper's settings says so; None where the run kept no record. Hydra records them in
-    ``.hydra/overrides.yaml``; results/ keeps a copy beside metrics.json."""
+    departs from the paper's settings says so, less those starting with one of ``quiet``; None where the run kept
+    no record. Hydra records them in ``.hydra/overrides.yaml``; results/ keeps a copy beside metrics.json."""
     for path in (run_dir / ".hydra" / "overrides.yaml", run_dir / "overrides.yaml"):
         if path.exists():
-            return [o for o in OmegaConf.load(path) if not o.startswith(QUIET_OVERRIDES)]
+            return [o for o in OmegaConf.load(path) if not o.startswith(quiet)]
     return None
 
 
@@ -228,11 +245,11 @@ def and_list(names: list[str]) -> str:
     return prefix + (names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}")
 
 
-def overrides_column(runs: list[dict[str, Any]], dirs: list[Path]) -> str:
+def overrides_column(runs: list[dict[str, Any]], dirs: list[Path], quiet: tuple[str, ...]) -> str:
     """The overrides of every run of a row (see run_overrides), in first-seen order. One that only some runs made
     says which: ``trainer.max_minutes=13 (seed 1), trainer.max_minutes=14 (seed 2)``; runs that kept no record
     of their command line, beside runs that did, are named as ``no record (seed 3)``."""
-    records = [run_overrides(d) for d in dirs]
+    records = [run_overrides(d, quiet) for d in dirs]
     names = run_names(runs, dirs)
     parts = []
     for override in dict.fromkeys(o for record in records if record for o in record):
@@ -244,11 +261,54 @@ def overrides_column(runs: list[dict[str, Any]], dirs: list[Path]) -> str:
     return ", ".join(parts)
 
 
+def files_named(name: str, folders: list[Path]) -> list[Path]:
+    """Every file called ``name`` under ``folders``, each once where the folders overlap (``runs runs/b``)."""
+    found: dict[Path, Path] = {}
+    for folder in folders:
+        for path in sorted(Path(folder).rglob(name)):
+            found.setdefault(path.resolve(), path)  # the path as given: the tables name runs by their folder
+    return list(found.values())
+
+
 def find_runs(folders: list[Path]):
     """(path of metrics.json, its content) of every finished run under ``folders``."""
-    for folder in folders:
-        for path in sorted(Path(folder).rglob("metrics.json")):
-            yield path, json.loads(path.read_text())
+    for path in files_named("metrics.json", folders):
+        yield path, read_metrics(path)
+
+
+def read_metrics(path: Path) -> dict[str, Any]:
+    """A run's metrics.json; one that is not JSON stops the report, naming it (it is written atomically, so
+    that is damage from outside, and which run to look at is what the reader needs)."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"error: {path} is not valid JSON ({err}); restore it or move its run out of the "
+                         f"folders reported") from err
+
+
+def unfinished_runs(folders: list[Path]) -> list[Path]:
+    """The run folders under ``folders`` with epochs (metrics.jsonl) but no final numbers (metrics.json): runs
+    stopped or still going, which the tables leave out."""
+    return [path.parent for path in files_named("metrics.jsonl", folders)
+            if not (path.parent / "metrics.json").exists()]
+
+
+RESUME_HINT = "to finish one, run its `vdrnn train` command again with hydra.run.dir=<run> (it resumes from last.pt)"
+
+
+def check_found(folders: list[Path], found: bool) -> None:
+    """Stop where ``folders`` hold no finished run (``found`` is false), saying why: only unfinished runs, or none.
+    Where there are finished runs, warn of the unfinished ones left out."""
+    unfinished = ", ".join(map(str, unfinished_runs(folders)))
+    where = ", ".join(map(str, folders))
+    if not found and unfinished:
+        raise SystemExit(f"error: no finished run under {where}, only unfinished ones (metrics.jsonl but no "
+                         f"metrics.json): {unfinished}; {RESUME_HINT}")
+    if not found:
+        raise SystemExit(f"error: no metrics.json under {where}; point at run or sweep dirs")
+    if unfinished:
+        print(f"warning: leaving out unfinished runs (metrics.jsonl but no metrics.json): {unfinished}; "
+              f"{RESUME_HINT}", file=sys.stderr)
 
 
 def dataset_of(metrics: dict[str, Any]) -> str:
@@ -260,18 +320,19 @@ def collect(folders: list[Path]) -> list[Row]:
     for path, metrics in find_runs(folders):
         if dataset_of(metrics) == "ptb":
             name, size, dropout = row_identity(metrics)
-            row = row_for(found, (name, size, dropout), metrics.get("config") or {},
-                          lambda: Row(name=name, size=size, dropout=dropout, paper=metrics.get("paper")))  # noqa: B023
+            group = found.setdefault((name, size, dropout), [])
+            row = row_for(group, metrics.get("config") or {})
+            if row is None:
+                row = Row(name=name, size=size, dropout=dropout, paper=metrics.get("paper"))
+                group.append(row)
             row.runs.append(metrics)
             row.dirs.append(path.parent)
             history = path.parent / "metrics.jsonl"
             if history.exists():
                 row.curves.append([r["valid_ppl"] for r in read_jsonl(history)])
-    size_rank = {"small": 0, "medium": 1, "large": 2}
 
     def order(row: Row):
-        rank = ROW_ORDER.index(row.name) if row.name in ROW_ORDER else len(ROW_ORDER)
-        return size_rank.get(row.size, 3), rank, row.name, row.dropout, row.setting
+        return _rank(SIZE_ORDER, row.size), _rank(ROW_ORDER, row.name), row.name, row.dropout, row.setting
 
     rows = [row for group in found.values() for row in group]
     distinguish(rows, lambda row: (row.name, row.size, row.dropout))
@@ -286,26 +347,32 @@ def mean_std(values: list[float], digits: int = 1) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
+def train_and_test_minutes(runs: list[dict]) -> str:
+    """Mean over seeds of the training steps' time plus the final test's: a run's cost without its per-epoch
+    validation (and, for sentiment, per-epoch test curve), which its log's span includes."""
+    seconds = [(r.get("train_seconds") or 0) + (r.get("eval_seconds") or 0) for r in runs]
+    return f"{statistics.mean(seconds) / 60:.1f}"
+
+
 def paper_value(row: Row, key: str) -> str:
     value = (row.paper or {}).get(key)
     return "–" if value is None else f"{value:.1f}"
 
 
 COLUMNS = ["row", "size", "dropout", "seeds", "valid", "test", "MC test", "paper valid", "paper test", "paper MC test",
-           "words/s", "epochs", "wall time (min)", "overrides"]
+           "words/s", "epochs", "train + test (min)", "overrides"]
 
 
 def table(rows: list[Row]) -> list[list[str]]:
     lines = []
     for row in rows:
         wps = row.values("wps")
-        wall = [(r.get("train_seconds") or 0) + (r.get("eval_seconds") or 0) for r in row.runs]
         lines.append([
             row.label, row.size, dropout_cell(row.dropout, row.runs), str(len(row.runs)),
             mean_std(row.values("valid_ppl")), mean_std(row.values("test_ppl")), mean_std(row.values("test_ppl_mc")),
             paper_value(row, "valid"), paper_value(row, "test"), paper_value(row, "test_mc"),
             f"{statistics.mean(wps):,.0f}" if wps else "–", mean_std(row.values("epochs"), 0),
-            f"{statistics.mean(wall) / 60:.1f}", row.overrides or "–",
+            train_and_test_minutes(row.runs), row.overrides or "–",
         ])
     return lines
 
@@ -359,8 +426,7 @@ def save_curves(fig, axes, path: Path) -> None:
 
 def plot(rows: list[Row], path: Path) -> None:
     """Validation perplexity per epoch, one line per row (mean over seeds, over the epochs all seeds reached)."""
-    sizes = sorted({r.size for r in rows if r.curves}, key=lambda s: ["small", "medium", "large"].index(s)
-                   if s in ("small", "medium", "large") else 3)
+    sizes = sorted({r.size for r in rows if r.curves}, key=lambda size: _rank(SIZE_ORDER, size))
     panels = [[r for r in rows if r.size == size and r.curves] for size in sizes]
     fig, axes = curve_figure(max(1, len(sizes)), max(map(len, panels), default=1))
     for ax, size, panel in zip(axes, sizes, panels, strict=False):
@@ -400,7 +466,7 @@ class SentimentRow:
 
     @property
     def overrides(self) -> str:
-        return overrides_column(self.runs, self.dirs)
+        return overrides_column(self.runs, self.dirs, SENTIMENT_QUIET_OVERRIDES)
 
     @property
     def name(self) -> str:
@@ -416,7 +482,11 @@ def collect_sentiment(folders: list[Path]) -> dict[str, list[SentimentRow]]:
             continue
         config = metrics["config"]
         key = (config.get("cell", {}).get("type", "lstm"), scheme_name(config), dropout_label(config.get("dropout", {})))
-        row = row_for(found.setdefault(dataset, {}), key, config, lambda: SentimentRow(*key))  # noqa: B023
+        group = found.setdefault(dataset, {}).setdefault(key, [])
+        row = row_for(group, config)
+        if row is None:
+            row = SentimentRow(*key)
+            group.append(row)
         row.runs.append(metrics)
         row.dirs.append(path.parent)
         history = path.parent / "metrics.jsonl"
@@ -434,13 +504,9 @@ def collect_sentiment(folders: list[Path]) -> dict[str, list[SentimentRow]]:
     return out
 
 
-def _rank(known: list[str], item: str) -> int:
-    return known.index(item) if item in known else len(known)
-
-
 def sentiment_columns(dataset: str) -> list[str]:
     titles = [title for _, title, _, _ in SENTIMENT_METRICS[dataset]]
-    return ["row", "dropout", "seeds", *titles, *(f"MC {t}" for t in titles), "epochs", "wall time (min)", "overrides"]
+    return ["row", "dropout", "seeds", *titles, *(f"MC {t}" for t in titles), "epochs", "train + test (min)", "overrides"]
 
 
 def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
@@ -453,10 +519,9 @@ def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
                           if r.get(f"test_{key}{suffix}") is not None]
                 cells[key + suffix] = mean_std(values, digits)
         keys = [key for key, _, _, _ in SENTIMENT_METRICS[dataset]]
-        wall = [(r.get("train_seconds") or 0) + (r.get("eval_seconds") or 0) for r in row.runs]
         lines.append([row.name, dropout_cell(row.dropout, row.runs), str(len(row.runs)),
                       *(cells[k] for k in keys), *(cells[k + "_mc"] for k in keys),
-                      mean_std([r["epochs"] for r in row.runs], 0), f"{statistics.mean(wall) / 60:.1f}",
+                      mean_std([r["epochs"] for r in row.runs], 0), train_and_test_minutes(row.runs),
                       row.overrides or "–"])
     return lines
 
@@ -510,29 +575,35 @@ def plot_reliability(rows: list[SentimentRow], path: Path) -> None:
     lines = -(-len(panels) // columns)
     fig, axes = plt.subplots(lines, columns, figsize=(4.2 * columns, 4.4 * lines), squeeze=False)
     for ax, row in zip(axes.flat, panels, strict=False):
-        runs = [run for run in row.runs if "test_reliability_mc" in run]
-        low = 1.0
-        for suffix, label in (("", "weight scaling"), ("_mc", "MC dropout")):
-            sums = {k: [sum(v) for v in zip(*(run[f"test_reliability{suffix}"][k] for run in runs), strict=True)]
-                    for k in ("count", "right", "confidence")}
-            filled = [i for i, n in enumerate(sums["count"]) if n > 0]
-            confidence = [sums["confidence"][i] / sums["count"][i] for i in filled]
-            accuracy = [sums["right"][i] / sums["count"][i] for i in filled]
-            low = min(low, *confidence, *accuracy)
-            ece = statistics.mean(run[f"test_ece{suffix}"] for run in runs)
-            ax.plot(confidence, accuracy, "o-", markersize=3, label=f"{label} (ECE {ece:.4f})")
-        ax.plot([0, 1], [0, 1], "k--", linewidth=0.8, label="calibrated")
-        lim = max(0.0, math.floor(low * 10) / 10)
-        ax.set(xlim=(lim, 1), ylim=(lim, 1), xlabel="confidence (bin mean)", ylabel="accuracy")
-        # Rows named by their overrides can outgrow a panel: wrap them rather than let titles overlap.
-        ax.set_title(textwrap.fill(f"{row.name} (n={len(runs)})", 50) + f"\n{row.dropout}", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left")
+        reliability_panel(ax, row)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
+
+
+def reliability_panel(ax, row: SentimentRow) -> None:
+    """One row's reliability diagram: its seeds' bins pooled, weight scaling and MC."""
+    runs = [run for run in row.runs if "test_reliability_mc" in run]
+    low = 1.0
+    for suffix, label in (("", "weight scaling"), ("_mc", "MC dropout")):
+        sums = {k: [sum(v) for v in zip(*(run[f"test_reliability{suffix}"][k] for run in runs), strict=True)]
+                for k in ("count", "right", "confidence")}
+        filled = [i for i, n in enumerate(sums["count"]) if n > 0]
+        confidence = [sums["confidence"][i] / sums["count"][i] for i in filled]
+        accuracy = [sums["right"][i] / sums["count"][i] for i in filled]
+        low = min(low, *confidence, *accuracy)
+        # The seeds' ECEs averaged, as the tables give them; the pooled curve's own ECE would be another number.
+        ece = statistics.mean(run[f"test_ece{suffix}"] for run in runs)
+        ax.plot(confidence, accuracy, "o-", markersize=3, label=f"{label} (mean ECE {ece:.4f})")
+    ax.plot([0, 1], [0, 1], "k--", linewidth=0.8, label="calibrated")
+    lim = max(0.0, math.floor(low * 10) / 10)
+    ax.set(xlim=(lim, 1), ylim=(lim, 1), xlabel="confidence (bin mean)", ylabel="accuracy")
+    # Rows named by their overrides can outgrow a panel: wrap them rather than let titles overlap.
+    ax.set_title(textwrap.fill(f"{row.name} (n={len(runs)})", 50) + f"\n{row.dropout}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
 
 
 def write_table(lines: list[list[str]], columns: list[str], stem: Path) -> str:
@@ -549,8 +620,7 @@ def write_report(folders: list[Path], out: Path) -> tuple[str, list[Path]]:
     """Write the tables and plots of every run under ``folders`` into ``out``: (the tables as text, files written)."""
     rows = collect(folders)
     sentiment = collect_sentiment(folders)
-    if not rows and not sentiment:
-        raise SystemExit(f"error: no metrics.json under {', '.join(map(str, folders))}; point at run or sweep dirs")
+    check_found(folders, bool(rows or sentiment))
     out.mkdir(parents=True, exist_ok=True)
     texts, written = [], []
     if rows:
@@ -577,6 +647,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="where the tables (.md, .csv) and plots (.png) go "
                                                                "(default: the first folder)")
     args = parser.parse_args(argv)
+    # A mistyped folder beside one with runs would otherwise leave its runs out without a word.
+    missing = [str(folder) for folder in args.folders if not folder.is_dir()]
+    if missing:
+        parser.error(f"no such folder: {', '.join(missing)}")
     out = args.out or args.folders[0]
     text, written = write_report(args.folders, out)
     print(text, end="")
