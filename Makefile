@@ -7,7 +7,7 @@ ARGS ?=
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-install: ## install vdrnn and its dev tools (CPU torch first, so pip does not pull a CUDA build)
+install: ## pip install torch==2.13.0 from pip's configured index (from PyPI on Linux the CUDA build; the CPU-only one: README, Set up), then vdrnn and its dev tools
 	$(PYTHON) -m pip install torch==2.13.0
 	$(PYTHON) -m pip install -e '.[dev]'
 
