@@ -26,7 +26,7 @@ from vdrnn.sentiment.metrics import (
     rmse,
 )
 from vdrnn.sentiment.model import SentimentModel
-from vdrnn.sentiment.predict import predict_mc
+from vdrnn.sentiment.predict import predict, predict_mc
 
 
 def test_tokenizer_lowercases_strips_html_and_splits_punctuation():
@@ -229,6 +229,22 @@ def test_ece_difference_tells_the_better_calibrated_of_two_predictors_of_the_sam
     assert ece_difference(calibrated, calibrated, labels, resamples=50) == pytest.approx((0.0, 0.0, 0.0))
 
 
+def test_the_ece_difference_interval_is_the_basic_bootstrap_one_not_the_percentile_one():
+    from vdrnn.sentiment.metrics import ECE_BINS, _ece
+
+    a, labels = binary_predictor(300, sharpen=1.0, seed=7)
+    b, _ = binary_predictor(300, sharpen=0.7, seed=7)
+    difference, low, high = ece_difference(a, b, labels, resamples=400, seed=3)
+    # The same resamples by hand: 400 draws of 300 indices from the seeded generator, in chunks of 100.
+    generator = torch.Generator().manual_seed(3)
+    (conf_a, pred_a), (conf_b, pred_b) = (p.double().max(dim=1) for p in (a, b))
+    resampled = torch.cat([_ece(conf_a[i], (pred_a == labels)[i], ECE_BINS) - _ece(conf_b[i], (pred_b == labels)[i], ECE_BINS)
+                           for i in (torch.randint(300, (100, 300), generator=generator) for _ in range(4))])
+    q_low, q_high = resampled.quantile(torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+    assert (low, high) == pytest.approx((2 * difference - q_high, 2 * difference - q_low))
+    assert (low, high) != pytest.approx((q_low, q_high))  # the resamples sit off-centre here: the two differ
+
+
 def test_reliability_bins_are_sums_that_give_back_the_ece():
     probs, labels = binary_predictor(3_000, sharpen=1.3, seed=2)
     bins = reliability_bins(probs, labels)
@@ -384,3 +400,41 @@ def test_the_output_mask_drops_inputs_of_the_head():
     model.zero_grad()
     model(tokens, lengths, stochastic=False).sum().backward()  # weight scaling: every unit reaches the head
     assert not (model.head.weight.grad == 0).all(dim=0).any()
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_a_model_learns_reviews_whose_label_is_one_word_before_the_end(fake_imdb, tmp_path, cell):
+    from conftest import composed
+
+    from vdrnn.config import to_container
+    from vdrnn.sentiment import run
+
+    raw = to_container(composed("dataset=imdb", f"cell={cell}", "dropout=variational", f"data.root={fake_imdb}",
+                                "model.hidden_size=16", "data.batch_size=8", "data.valid_fraction=0.25",
+                                "trainer.epochs=15", "trainer.lr=0.01", "eval=mc", "eval.samples=4", "eval.batch=4",
+                                "dropout.embedding=0", "dropout.input=0.1", "dropout.recurrent=0.1",
+                                "dropout.output=0.1", "trainer.progress=false", "device=cpu"))
+    metrics = run(raw, tmp_path)
+    # "good" or "bad", then a word the label does not depend on: the recurrence must carry it one step.
+    assert metrics["test_accuracy"] == 1.0 and metrics["test_accuracy_mc"] == 1.0
+    assert metrics["test_nll"] < 0.2
+
+
+def test_mc_regression_side_by_side_equals_one_pass_at_a_time_in_expectation():
+    # Copies of a review run side by side must each draw their own masks: if they shared one, the side-by-side
+    # average would be a single draw, as far from the expectation as the sequential average's spread times sqrt(K).
+    torch.manual_seed(0)
+    net = SentimentModel(30, 1, SentimentModelConfig(cell="lstm", hidden_size=16, impl="reference"),
+                         make_dropout(DropoutConfig(scheme="variational", **VARIATIONAL)))
+    for p in net.parameters():  # large weights, so that masks move the prediction a lot
+        p.data.uniform_(-1.0, 1.0)
+    tokens = torch.randint(2, 30, (6, 12))
+    split = Split(tokens, torch.full((6,), 12), torch.zeros(6))
+    scaled = predict(net, split, "regression", batch_size=6)
+    single = torch.stack([predict_mc(net, split, "regression", 1, 1, 6) for _ in range(50)])  # [50 draws, 6]
+    side_by_side = predict_mc(net, split, "regression", 400, 400, 6 * 400)
+    one_at_a_time = predict_mc(net, split, "regression", 400, 1, 6)
+    assert side_by_side.shape == one_at_a_time.shape == scaled.shape == (6,)
+    error = single.std(dim=0) / 400**0.5  # of a 400-sample mean
+    assert ((side_by_side - one_at_a_time).abs() < 5 * error).all()
+    assert ((side_by_side - scaled).abs() > 5 * error).any()  # the MC estimate, not weight scaling
