@@ -11,7 +11,16 @@ import dataclasses
 
 import pytest
 import torch
-from triton_setup import CUDA, DEVICE, FP32_TOL, exact_fp32, gpu, rel  # noqa: F401 (exact_fp32: autouse fixture)
+from triton_setup import (  # noqa: F401 (exact_fp32: autouse fixture)
+    CUDA,
+    DEVICE,
+    FP32_TOL,
+    exact_fp32,
+    gpu,
+    random_weights,
+    rel,
+    shared_masks,
+)
 
 from vdrnn.dropout import (
     DropoutConfig,
@@ -31,47 +40,28 @@ def make_masks(kind: str, steps: int, batch: int, inputs: int, hidden: int) -> L
     like = torch.empty(0, device=DEVICE)
     if kind == "none":
         return LayerMasks()
-    if kind == "tied":
-        return LayerMasks(x=bernoulli_mask((batch, inputs), 0.4, like), h=bernoulli_mask((batch, hidden), 0.5, like))
     if kind == "tied_h_only":
         return LayerMasks(h=bernoulli_mask((batch, hidden), 0.3, like))
-    if kind == "fresh_x_tied_h":  # a per-step x mask [T, B, D] with a recurrent mask
-        return LayerMasks(x=bernoulli_mask((steps, batch, inputs), 0.5, like),
-                          h=bernoulli_mask((batch, hidden), 0.5, like))
-    if kind == "untied":
-        return LayerMasks(x=bernoulli_mask((batch, 4, inputs), 0.4, like),
-                          h=bernoulli_mask((batch, 4, hidden), 0.5, like), per_gate=True)
-    if kind == "tied_batch":  # dropout.locked_mask=batch: one mask row shared by every sequence
-        return LayerMasks(x=bernoulli_mask((1, inputs), 0.4, like), h=bernoulli_mask((1, hidden), 0.5, like))
-    if kind == "untied_batch":
-        return LayerMasks(x=bernoulli_mask((1, 4, inputs), 0.4, like),
-                          h=bernoulli_mask((1, 4, hidden), 0.5, like), per_gate=True)
-    if kind == "untied_x_only":
-        return LayerMasks(x=bernoulli_mask((batch, 4, inputs), 0.5, like), per_gate=True)
     if kind == "gaussian":  # Kingma's N(1, p/(1-p)) entries: real-valued, some negative
         return LayerMasks(x=gaussian_mask((batch, inputs), 0.4, like), h=gaussian_mask((batch, hidden), 0.5, like))
-    if kind == "gaussian_untied":
-        return LayerMasks(x=gaussian_mask((batch, 4, inputs), 0.4, like),
-                          h=gaussian_mask((batch, 4, hidden), 0.5, like), per_gate=True)
     if kind == "moon":
         keep = torch.empty(batch, hidden, device=DEVICE).bernoulli_(0.6)
         return LayerMasks(c=keep, c_scale=1 / 0.6)
     if kind == "moon_c":  # dropout.cell_scale=c: the 1/(1-p) on c_t, inside the recurrence
         keep = torch.empty(batch, hidden, device=DEVICE).bernoulli_(0.6) / 0.6
         return LayerMasks(c=keep, c_scale=1.0)
-    raise ValueError(kind)
+    masks = shared_masks(kind, 4, steps, batch, inputs, hidden)
+    if masks is None:
+        raise ValueError(kind)
+    return masks
 
 
 def random_problem(steps: int, batch: int, inputs: int, hidden: int):
-    """Fresh inputs, state and weights (scaled so the gates are neither saturated nor linear)."""
+    """Fresh inputs, state and weights."""
     x = torch.randn(steps, batch, inputs, device=DEVICE)
     h0 = torch.randn(batch, hidden, device=DEVICE) * 0.5
     c0 = torch.randn(batch, hidden, device=DEVICE)
-    params = [torch.randn(4 * hidden, inputs, device=DEVICE) / inputs**0.5,
-              torch.randn(4 * hidden, hidden, device=DEVICE) / hidden**0.5,
-              torch.randn(4 * hidden, device=DEVICE) * 0.1,
-              torch.randn(4 * hidden, device=DEVICE) * 0.1]
-    return [t.requires_grad_() for t in (x, h0, c0, *params)]
+    return [t.requires_grad_() for t in (x, h0, c0, *random_weights(4, inputs, hidden))]
 
 
 def run_with_grads(fn, leaves, masks, weights):

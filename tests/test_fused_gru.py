@@ -10,49 +10,38 @@ import dataclasses
 
 import pytest
 import torch
-from triton_setup import CUDA, DEVICE, FP32_TOL, exact_fp32, gpu, rel  # noqa: F401 (exact_fp32: autouse fixture)
+from triton_setup import (  # noqa: F401 (exact_fp32: autouse fixture)
+    CUDA,
+    DEVICE,
+    FP32_TOL,
+    exact_fp32,
+    gpu,
+    random_weights,
+    rel,
+    shared_masks,
+)
 
-from vdrnn.dropout import LayerMasks, bernoulli_mask, gaussian_mask
+from vdrnn.dropout import LayerMasks, bernoulli_mask
 from vdrnn.fused_gru import gru_fused
 from vdrnn.recurrent import GRU_GATES, GRULayer, gru_reference
 
 
 def make_masks(kind: str, steps: int, batch: int, inputs: int, hidden: int) -> LayerMasks:
-    like = torch.empty(0, device=DEVICE)
     if kind == "none":  # per_gate with no mask: still the masked (fused) path
         return LayerMasks(per_gate=True)
     if kind == "tied_h":
-        return LayerMasks(h=bernoulli_mask((batch, hidden), 0.5, like))
-    if kind == "tied":
-        return LayerMasks(x=bernoulli_mask((batch, inputs), 0.4, like), h=bernoulli_mask((batch, hidden), 0.5, like))
-    if kind == "fresh_x_tied_h":  # Zaremba's per-step x mask [T, B, D] with a recurrent mask
-        return LayerMasks(x=bernoulli_mask((steps, batch, inputs), 0.5, like),
-                          h=bernoulli_mask((batch, hidden), 0.5, like))
-    if kind == "untied":
-        return LayerMasks(x=bernoulli_mask((batch, GRU_GATES, inputs), 0.4, like),
-                          h=bernoulli_mask((batch, GRU_GATES, hidden), 0.5, like), per_gate=True)
-    if kind == "untied_x_only":
-        return LayerMasks(x=bernoulli_mask((batch, GRU_GATES, inputs), 0.5, like), per_gate=True)
-    if kind == "tied_batch":  # dropout.locked_mask=batch: one mask row shared by every sequence
-        return LayerMasks(x=bernoulli_mask((1, inputs), 0.4, like), h=bernoulli_mask((1, hidden), 0.5, like))
-    if kind == "untied_batch":
-        return LayerMasks(x=bernoulli_mask((1, GRU_GATES, inputs), 0.4, like),
-                          h=bernoulli_mask((1, GRU_GATES, hidden), 0.5, like), per_gate=True)
-    if kind == "gaussian_untied":  # Kingma's N(1, p/(1-p)) entries: real-valued, some negative
-        return LayerMasks(x=gaussian_mask((batch, GRU_GATES, inputs), 0.4, like),
-                          h=gaussian_mask((batch, GRU_GATES, hidden), 0.5, like), per_gate=True)
-    raise ValueError(kind)
+        return LayerMasks(h=bernoulli_mask((batch, hidden), 0.5, torch.empty(0, device=DEVICE)))
+    masks = shared_masks(kind, GRU_GATES, steps, batch, inputs, hidden)
+    if masks is None:
+        raise ValueError(kind)
+    return masks
 
 
 def random_problem(steps: int, batch: int, inputs: int, hidden: int):
-    """Fresh inputs, state and weights (scaled so the gates are neither saturated nor linear)."""
+    """Fresh inputs, state and weights."""
     x = torch.randn(steps, batch, inputs, device=DEVICE)
     h0 = torch.randn(batch, hidden, device=DEVICE) * 0.5
-    params = [torch.randn(3 * hidden, inputs, device=DEVICE) / inputs**0.5,
-              torch.randn(3 * hidden, hidden, device=DEVICE) / hidden**0.5,
-              torch.randn(3 * hidden, device=DEVICE) * 0.1,
-              torch.randn(3 * hidden, device=DEVICE) * 0.1]
-    return [t.requires_grad_() for t in (x, h0, *params)]
+    return [t.requires_grad_() for t in (x, h0, *random_weights(GRU_GATES, inputs, hidden))]
 
 
 def run_with_grads(fn, leaves, masks, weights):

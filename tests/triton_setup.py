@@ -1,4 +1,5 @@
-"""What the fused-kernel tests share: Triton's interpreter on CPU-only machines, the device, exact fp32.
+"""What the fused-kernel tests share: Triton's interpreter on CPU-only machines, the device, exact fp32, and the
+random problems and mask sets both cells' kernels are compared on.
 
 Import this module before anything that imports Triton: on a machine without CUDA it sets
 TRITON_INTERPRET=1 first, so the same kernels run in Triton's interpreter on CPU tensors; on a GPU the
@@ -32,6 +33,7 @@ if not CUDA:
 
 
 from vdrnn import fused  # noqa: E402 (after TRITON_INTERPRET is set)
+from vdrnn.dropout import LayerMasks, bernoulli_mask, gaussian_mask  # noqa: E402
 
 # lstm_fused and gru_fused fall back to the reference loop where the kernels cannot run (warning once): the tests
 # would then compare the reference with itself and pass whatever the kernels do.
@@ -58,3 +60,35 @@ def exact_fp32():
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
+
+
+def random_weights(gates: int, inputs: int, hidden: int) -> list[torch.Tensor]:
+    """W_ih, W_hh, b_ih, b_hh of a cell with ``gates`` gates, scaled so the gates are neither saturated nor linear."""
+    return [torch.randn(gates * hidden, inputs, device=DEVICE) / inputs**0.5,
+            torch.randn(gates * hidden, hidden, device=DEVICE) / hidden**0.5,
+            torch.randn(gates * hidden, device=DEVICE) * 0.1,
+            torch.randn(gates * hidden, device=DEVICE) * 0.1]
+
+
+def shared_masks(kind: str, gates: int, steps: int, batch: int, inputs: int, hidden: int) -> LayerMasks | None:
+    """The mask sets both cells are tested with, for a cell of ``gates`` gates; None for a kind of one cell only."""
+    like = torch.empty(0, device=DEVICE)
+    if kind == "tied":
+        return LayerMasks(x=bernoulli_mask((batch, inputs), 0.4, like), h=bernoulli_mask((batch, hidden), 0.5, like))
+    if kind == "fresh_x_tied_h":  # Zaremba's per-step x mask [T, B, D] with a recurrent mask
+        return LayerMasks(x=bernoulli_mask((steps, batch, inputs), 0.5, like),
+                          h=bernoulli_mask((batch, hidden), 0.5, like))
+    if kind == "untied":
+        return LayerMasks(x=bernoulli_mask((batch, gates, inputs), 0.4, like),
+                          h=bernoulli_mask((batch, gates, hidden), 0.5, like), per_gate=True)
+    if kind == "untied_x_only":
+        return LayerMasks(x=bernoulli_mask((batch, gates, inputs), 0.5, like), per_gate=True)
+    if kind == "tied_batch":  # dropout.locked_mask=batch: one mask row shared by every sequence
+        return LayerMasks(x=bernoulli_mask((1, inputs), 0.4, like), h=bernoulli_mask((1, hidden), 0.5, like))
+    if kind == "untied_batch":
+        return LayerMasks(x=bernoulli_mask((1, gates, inputs), 0.4, like),
+                          h=bernoulli_mask((1, gates, hidden), 0.5, like), per_gate=True)
+    if kind == "gaussian_untied":  # Kingma's N(1, p/(1-p)) entries: real-valued, some negative
+        return LayerMasks(x=gaussian_mask((batch, gates, inputs), 0.4, like),
+                          h=gaussian_mask((batch, gates, hidden), 0.5, like), per_gate=True)
+    return None
