@@ -27,10 +27,11 @@ import math
 import statistics
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import OmegaConf
 
@@ -38,40 +39,52 @@ from vdrnn.config import key_among
 from vdrnn.dropout import DropoutConfig
 from vdrnn.tracking import flatten, read_jsonl
 
-# Table 1's order, top to bottom; ad-hoc rows follow in name order.
-ROW_ORDER = ["Non-regularized (early stopping)", "Moon et al. 2015", "Moon et al. + emb dropout",
-             "Zaremba et al. 2014", "Variational (tied weights)", "Variational (untied weights)"]
-SIZE_NAMES = {200: "small", 650: "medium", 1500: "large"}
-SIZE_ORDER = list(SIZE_NAMES.values())  # the table's and the plot's order; other sizes follow
-
 
 def _rank(known: list[str], item: str) -> int:
     """Where ``item`` sorts: its place in ``known``, or after all of them."""
     return known.index(item) if item in known else len(known)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Row:
-    name: str
-    size: str
-    dropout: str
-    paper: dict[str, Any] | None
+    """Runs that are seeds of one experiment (see group_runs), and what every table says of them. PtbRow and
+    SentimentRow add the fields that name the row, and its ``name``. These fields are keyword-only: with their
+    defaults they could not otherwise precede the subclasses' fields, which group_runs fills in by position."""
+
     runs: list[dict[str, Any]] = field(default_factory=list)
     dirs: list[Path] = field(default_factory=list)  # the folder of each run, for its overrides
     curves: list[list[float]] = field(default_factory=list)
-    setting: str = ""  # what else sets this row apart from rows of the same name and dropout (see distinguish)
+    setting: str = ""  # what else sets this row apart from rows named alike (see distinguish)
+    quiet: ClassVar[tuple[str, ...]]  # the overrides its overrides column leaves out (see run_overrides)
+
+    @property
+    def label(self) -> str:
+        """The table's name of the row: its name, and its setting where rows share that name (see distinguish)."""
+        return f"{self.name} [{self.setting}]" if self.setting else self.name
 
     @property
     def overrides(self) -> str:
         """What its runs' command lines changed beyond the preset (see overrides_column)."""
-        return overrides_column(self.runs, self.dirs, QUIET_OVERRIDES)
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} [{self.setting}]" if self.setting else self.name
+        return overrides_column(self.runs, self.dirs, self.quiet)
 
     def values(self, key: str) -> list[float]:
         return [r[key] for r in self.runs if r.get(key) is not None]
+
+    def settings(self) -> dict[str, str]:
+        """The settings of its runs together: they agree wherever two of them have a key (row_for), so a setting
+        that only some runs logged (an option their older seeds predate) still tells the row apart."""
+        merged = {}
+        for run in self.runs:
+            merged.update(run_settings(run.get("config") or {}))
+        return merged
+
+    def run_cells(self) -> list[str]:
+        """The cells under RUN_COLUMNS: the epochs as mean ± std, so that a seed a time cap stopped early stands out."""
+        return [mean_std(self.values("epochs"), 0), train_and_test_minutes(self.runs), self.overrides or "–"]
+
+
+# The columns every table ends with: how its runs ran.
+RUN_COLUMNS = ["epochs", "train + test (min)", "overrides"]
 
 
 # The dropout sites as the table names them, in the order of the network.
@@ -113,16 +126,6 @@ def scheme_name(config: dict[str, Any]) -> str:
     untied = config.get("cell", {}).get("gates") == "untied" and scheme in DropoutConfig.PER_GATE_SCHEMES
     notes = [note for note, on in (("untied", untied), ("learned alpha", dropout.get("learn_alpha"))) if on]
     return scheme + (f" ({', '.join(notes)})" if notes else "")
-
-
-def row_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
-    """(row name, size, dropout probabilities): how the table names a run. Runs named alike are seeds of one
-    row when their other settings agree too (``row_for``)."""
-    config = metrics.get("config") or {}
-    paper = metrics.get("paper")
-    hidden = config.get("model", {}).get("hidden_size")
-    size = paper["size"] if paper else SIZE_NAMES.get(hidden, f"{hidden} units")
-    return (paper["row"] if paper else scheme_name(config)), size, dropout_label(config.get("dropout", {}))
 
 
 # Config entries that never make two runs different experiments: which seed, where and how they ran. A wall-clock
@@ -173,7 +176,7 @@ def same_experiment(a: dict[str, str], b: dict[str, str]) -> bool:
     return all(a[k] == b[k] for k in a.keys() & b.keys())
 
 
-def row_for(rows: list, config: dict[str, Any]):
+def row_for(rows: list[Row], config: dict[str, Any]) -> Row | None:
     """The row among ``rows`` whose runs are each the same experiment as ``config``, or None. Each, not only the
     first: a key that one side lacks matches any value, so an old run without ``data.max_length`` matches runs
     at 200 and at 400, which must still not share a row."""
@@ -184,28 +187,17 @@ def row_for(rows: list, config: dict[str, Any]):
     return None
 
 
-def row_settings(row) -> dict[str, str]:
-    """The settings of a row's runs together: they agree wherever two of them have a key (row_for), so a setting
-    that only some runs logged (an option their older seeds predate) still tells the row apart."""
-    merged = {}
-    for run in row.runs:
-        merged.update(run_settings(run.get("config") or {}))
-    return merged
-
-
-def distinguish(rows, same) -> None:
-    """Set ``row.setting`` to the entries that differ between rows for which ``same(row)`` is equal (e.g. one
-    preset trained for 20 and for 40 epochs, or in fp32 and bf16), so that no two rows read alike."""
-    groups: dict[Any, list] = {}
-    for row in rows:
-        groups.setdefault(same(row), []).append(row)
-    for group in (g for g in groups.values() if len(g) > 1):
-        every = [row_settings(row) for row in group]
-        # Keys that only some rows have are options added to vdrnn in between, not differences.
-        shared = set.intersection(*(set(s) for s in every))
-        differ = sorted(k for k in shared if len({s[k] for s in every}) > 1)
-        for row, values in zip(group, every, strict=True):
-            row.setting = ", ".join(f"{k}={values[k]}" for k in differ).replace('"', "")
+def distinguish(group: list[Row]) -> None:
+    """Set ``row.setting`` to the entries that differ between the rows of ``group``, which are named alike (e.g.
+    one preset trained for 20 and for 40 epochs, or in fp32 and bf16), so that no two rows read alike."""
+    if len(group) < 2:
+        return
+    every = [row.settings() for row in group]
+    # Keys that only some rows have are options added to vdrnn in between, not differences.
+    shared = set.intersection(*(set(s) for s in every))
+    differ = sorted(k for k in shared if len({s[k] for s in every}) > 1)
+    for row, values in zip(group, every, strict=True):
+        row.setting = ", ".join(f"{k}={values[k]}" for k in differ).replace('"', "")
 
 
 # Overrides that change nothing a run measures, or that the table shows elsewhere: the seed (seeds column) and
@@ -315,28 +307,27 @@ def dataset_of(metrics: dict[str, Any]) -> str:
     return (metrics.get("config") or {}).get("data", {}).get("name", "ptb")
 
 
-def collect(folders: list[Path]) -> list[Row]:
+def group_runs(runs: list[tuple[Path, dict[str, Any]]], identity: Callable[[dict[str, Any]], tuple],
+               row_type: Callable[..., Row], point: Callable[[dict[str, Any]], float]) -> list[Row]:
+    """Rows of ``runs`` (path of metrics.json, its content). A run joins a row of its ``identity(metrics)`` whose
+    runs are the same experiment (row_for), or starts one, ``row_type(*identity)``; its curve is ``point`` of
+    each epoch in its metrics.jsonl. Rows of one identity are then told apart by their setting (distinguish)."""
     found: dict[tuple, list[Row]] = {}
-    for path, metrics in find_runs(folders):
-        if dataset_of(metrics) == "ptb":
-            name, size, dropout = row_identity(metrics)
-            group = found.setdefault((name, size, dropout), [])
-            row = row_for(group, metrics.get("config") or {})
-            if row is None:
-                row = Row(name=name, size=size, dropout=dropout, paper=metrics.get("paper"))
-                group.append(row)
-            row.runs.append(metrics)
-            row.dirs.append(path.parent)
-            history = path.parent / "metrics.jsonl"
-            if history.exists():
-                row.curves.append([r["valid_ppl"] for r in read_jsonl(history)])
-
-    def order(row: Row):
-        return _rank(SIZE_ORDER, row.size), _rank(ROW_ORDER, row.name), row.name, row.dropout, row.setting
-
-    rows = [row for group in found.values() for row in group]
-    distinguish(rows, lambda row: (row.name, row.size, row.dropout))
-    return sorted(rows, key=order)
+    for path, metrics in runs:
+        key = identity(metrics)
+        group = found.setdefault(key, [])
+        row = row_for(group, metrics.get("config") or {})
+        if row is None:
+            row = row_type(*key)
+            group.append(row)
+        row.runs.append(metrics)
+        row.dirs.append(path.parent)
+        history = path.parent / "metrics.jsonl"
+        if history.exists():
+            row.curves.append([point(epoch) for epoch in read_jsonl(history)])
+    for group in found.values():
+        distinguish(group)
+    return [row for group in found.values() for row in group]
 
 
 def mean_std(values: list[float], digits: int = 1) -> str:
@@ -354,30 +345,7 @@ def train_and_test_minutes(runs: list[dict]) -> str:
     return f"{statistics.mean(seconds) / 60:.1f}"
 
 
-def paper_value(row: Row, key: str) -> str:
-    value = (row.paper or {}).get(key)
-    return "–" if value is None else f"{value:.1f}"
-
-
-COLUMNS = ["row", "size", "dropout", "seeds", "valid", "test", "MC test", "paper valid", "paper test", "paper MC test",
-           "words/s", "epochs", "train + test (min)", "overrides"]
-
-
-def table(rows: list[Row]) -> list[list[str]]:
-    lines = []
-    for row in rows:
-        wps = row.values("wps")
-        lines.append([
-            row.label, row.size, dropout_cell(row.dropout, row.runs), str(len(row.runs)),
-            mean_std(row.values("valid_ppl")), mean_std(row.values("test_ppl")), mean_std(row.values("test_ppl_mc")),
-            paper_value(row, "valid"), paper_value(row, "test"), paper_value(row, "test_mc"),
-            f"{statistics.mean(wps):,.0f}" if wps else "–", mean_std(row.values("epochs"), 0),
-            train_and_test_minutes(row.runs), row.overrides or "–",
-        ])
-    return lines
-
-
-def markdown(lines: list[list[str]], columns: list[str] = COLUMNS) -> str:
+def markdown(lines: list[list[str]], columns: list[str]) -> str:
     out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     out += ["| " + " | ".join(line) + " |" for line in lines]
     return "\n".join(out) + "\n"
@@ -399,15 +367,23 @@ def plot_mean_curve(ax, curves: list[list[float]], name: str) -> None:
     ax.plot(range(1, epochs + 1), mean, style, marker="." if epochs < 30 else None, label=f"{name} (n={len(curves)})")
 
 
-def curve_figure(panels: int, lines: int):
-    """(figure, axes[0]) for a row of ``panels`` curve plots. Each legend goes under its panel (the labels are
-    long), so the figure is taller by the ``lines`` of the longest legend and the axes keep their height."""
+def draw_curves(panels: dict[str, list[Row]], line_name: Callable[[Row], str]):
+    """(figure, axes): a curve plot per panel (one, empty, where there are none), and in it a line per row, named
+    ``line_name(row)`` and by what tells it apart from the panel's other lines of that name (line_label). Each
+    legend goes under its panel (the labels are long), so the figure is taller by the lines of the longest legend
+    and the axes keep their height."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.5 + 0.2 * lines), squeeze=False)
+    count, lines = max(1, len(panels)), max(map(len, panels.values()), default=1)
+    fig, axes = plt.subplots(1, count, figsize=(6.5 * count, 4.5 + 0.2 * lines), squeeze=False)
+    for ax, panel in zip(axes[0], panels.values(), strict=False):
+        for row in panel:
+            name = line_name(row)
+            plot_mean_curve(ax, row.curves, line_label(name, row.dropout, row.setting,
+                                                       {r.dropout for r in panel if line_name(r) == name}))
     return fig, axes[0]
 
 
@@ -424,15 +400,78 @@ def save_curves(fig, axes, path: Path) -> None:
     plt.close(fig)
 
 
-def plot(rows: list[Row], path: Path) -> None:
-    """Validation perplexity per epoch, one line per row (mean over seeds, over the epochs all seeds reached)."""
-    sizes = sorted({r.size for r in rows if r.curves}, key=lambda size: _rank(SIZE_ORDER, size))
-    panels = [[r for r in rows if r.size == size and r.curves] for size in sizes]
-    fig, axes = curve_figure(max(1, len(sizes)), max(map(len, panels), default=1))
-    for ax, size, panel in zip(axes, sizes, panels, strict=False):
-        for row in panel:
-            plot_mean_curve(ax, row.curves, line_label(row.name, row.dropout, row.setting,
-                                                       {r.dropout for r in panel if r.name == row.name}))
+# ----------------------------------------------------------------------------- PTB runs
+# Table 1's order, top to bottom; ad-hoc rows follow in name order.
+ROW_ORDER = ["Non-regularized (early stopping)", "Moon et al. 2015", "Moon et al. + emb dropout",
+             "Zaremba et al. 2014", "Variational (tied weights)", "Variational (untied weights)"]
+SIZE_NAMES = {200: "small", 650: "medium", 1500: "large"}
+SIZE_ORDER = list(SIZE_NAMES.values())  # the table's and the plot's order; other sizes follow
+
+
+@dataclass
+class PtbRow(Row):
+    name: str
+    size: str
+    dropout: str
+    quiet = QUIET_OVERRIDES
+
+    @property
+    def paper(self) -> dict[str, Any] | None:
+        """Table 1's numbers for the row (metrics.json's ``paper``): its runs share them, as its name comes from them."""
+        return self.runs[0].get("paper")
+
+
+def ptb_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
+    """(row name, size, dropout probabilities): how the table names a run. Runs named alike are seeds of one
+    row when their other settings agree too (``row_for``)."""
+    config = metrics.get("config") or {}
+    paper = metrics.get("paper")
+    hidden = config.get("model", {}).get("hidden_size")
+    size = paper["size"] if paper else SIZE_NAMES.get(hidden, f"{hidden} units")
+    return (paper["row"] if paper else scheme_name(config)), size, dropout_label(config.get("dropout", {}))
+
+
+def collect_ptb(folders: list[Path]) -> list[PtbRow]:
+    """Rows (name x size x dropout, seeds together): small, medium, large, other sizes; each in Table 1's order."""
+    runs = [(path, metrics) for path, metrics in find_runs(folders) if dataset_of(metrics) == "ptb"]
+    rows = group_runs(runs, ptb_identity, PtbRow, lambda epoch: epoch["valid_ppl"])
+
+    def order(row: PtbRow):
+        return _rank(SIZE_ORDER, row.size), _rank(ROW_ORDER, row.name), row.name, row.dropout, row.setting
+
+    return sorted(rows, key=order)
+
+
+def paper_value(row: PtbRow, key: str) -> str:
+    value = (row.paper or {}).get(key)
+    return "–" if value is None else f"{value:.1f}"
+
+
+PTB_COLUMNS = ["row", "size", "dropout", "seeds", "valid", "test", "MC test", "paper valid", "paper test",
+               "paper MC test", "words/s", *RUN_COLUMNS]
+
+
+def ptb_table(rows: list[PtbRow]) -> list[list[str]]:
+    lines = []
+    for row in rows:
+        wps = row.values("wps")
+        lines.append([
+            row.label, row.size, dropout_cell(row.dropout, row.runs), str(len(row.runs)),
+            mean_std(row.values("valid_ppl")), mean_std(row.values("test_ppl")), mean_std(row.values("test_ppl_mc")),
+            paper_value(row, "valid"), paper_value(row, "test"), paper_value(row, "test_mc"),
+            f"{statistics.mean(wps):,.0f}" if wps else "–", *row.run_cells(),
+        ])
+    return lines
+
+
+def plot_ptb(rows: list[PtbRow], path: Path) -> None:
+    """Validation perplexity per epoch, a panel per size, one line per row (mean over seeds, over the epochs all
+    seeds reached)."""
+    # Known sizes in their order, others by name: a set's own order changes from run to run.
+    sizes = sorted({r.size for r in rows if r.curves}, key=lambda size: (_rank(SIZE_ORDER, size), size))
+    fig, axes = draw_curves({size: [r for r in rows if r.size == size and r.curves] for size in sizes},
+                            lambda row: row.name)
+    for ax, size in zip(axes, sizes, strict=False):  # no curves at all: one empty panel, untitled
         finite = [v for line in ax.get_lines() for v in line.get_ydata() if math.isfinite(v)]
         if finite:
             ax.set_ylim(min(finite) * 0.95, min(max(finite), min(finite) * 2.0))
@@ -455,58 +494,40 @@ CURVES = {"imdb": (lambda r: 100 * (1 - r["test_accuracy"]), "test error (%)"),
 
 
 @dataclass
-class SentimentRow:
+class SentimentRow(Row):
     cell: str
     scheme: str
     dropout: str
-    runs: list[dict[str, Any]] = field(default_factory=list)
-    dirs: list[Path] = field(default_factory=list)  # as Row.dirs
-    curves: list[list[float]] = field(default_factory=list)
-    setting: str = ""  # as Row.setting
-
-    @property
-    def overrides(self) -> str:
-        return overrides_column(self.runs, self.dirs, SENTIMENT_QUIET_OVERRIDES)
+    quiet = SENTIMENT_QUIET_OVERRIDES
 
     @property
     def name(self) -> str:
-        return f"{self.cell.upper()} · {self.scheme}" + (f" [{self.setting}]" if self.setting else "")
+        return f"{self.cell.upper()} · {self.scheme}"
+
+
+def sentiment_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
+    """(cell, scheme, dropout probabilities): how a sentiment table names a run (see ptb_identity)."""
+    config = metrics["config"]
+    return config.get("cell", {}).get("type", "lstm"), scheme_name(config), dropout_label(config.get("dropout", {}))
 
 
 def collect_sentiment(folders: list[Path]) -> dict[str, list[SentimentRow]]:
     """dataset -> rows (cell x scheme, seeds together), in the order LSTM, GRU, RNN x none ... variational."""
-    found: dict[str, dict[tuple[str, str, str], list[SentimentRow]]] = {}
+    runs: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
     for path, metrics in find_runs(folders):
-        dataset = dataset_of(metrics)
-        if dataset not in SENTIMENT_METRICS:
-            continue
-        config = metrics["config"]
-        key = (config.get("cell", {}).get("type", "lstm"), scheme_name(config), dropout_label(config.get("dropout", {})))
-        group = found.setdefault(dataset, {}).setdefault(key, [])
-        row = row_for(group, config)
-        if row is None:
-            row = SentimentRow(*key)
-            group.append(row)
-        row.runs.append(metrics)
-        row.dirs.append(path.parent)
-        history = path.parent / "metrics.jsonl"
-        if history.exists():
-            row.curves.append([CURVES[dataset][0](r) for r in read_jsonl(history)])
+        if dataset_of(metrics) in SENTIMENT_METRICS:
+            runs.setdefault(dataset_of(metrics), []).append((path, metrics))
 
     def order(row: SentimentRow):
-        return _rank(CELL_ORDER, row.cell), _rank(SCHEME_ORDER, row.scheme), row.name, row.dropout
+        return _rank(CELL_ORDER, row.cell), _rank(SCHEME_ORDER, row.scheme), row.label, row.dropout
 
-    out = {}
-    for dataset, groups in sorted(found.items()):
-        rows = [row for group in groups.values() for row in group]
-        distinguish(rows, lambda row: (row.cell, row.scheme, row.dropout))
-        out[dataset] = sorted(rows, key=order)
-    return out
+    return {dataset: sorted(group_runs(dataset_runs, sentiment_identity, SentimentRow, CURVES[dataset][0]), key=order)
+            for dataset, dataset_runs in sorted(runs.items())}
 
 
 def sentiment_columns(dataset: str) -> list[str]:
     titles = [title for _, title, _, _ in SENTIMENT_METRICS[dataset]]
-    return ["row", "dropout", "seeds", *titles, *(f"MC {t}" for t in titles), "epochs", "train + test (min)", "overrides"]
+    return ["row", "dropout", "seeds", *titles, *(f"MC {t}" for t in titles), *RUN_COLUMNS]
 
 
 def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
@@ -515,26 +536,20 @@ def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
         cells = {}
         for suffix in ("", "_mc"):
             for key, _, digits, percent in SENTIMENT_METRICS[dataset]:
-                values = [r[f"test_{key}{suffix}"] * (100 if percent else 1) for r in row.runs
-                          if r.get(f"test_{key}{suffix}") is not None]
+                values = [v * (100 if percent else 1) for v in row.values(f"test_{key}{suffix}")]
                 cells[key + suffix] = mean_std(values, digits)
         keys = [key for key, _, _, _ in SENTIMENT_METRICS[dataset]]
-        lines.append([row.name, dropout_cell(row.dropout, row.runs), str(len(row.runs)),
-                      *(cells[k] for k in keys), *(cells[k + "_mc"] for k in keys),
-                      mean_std([r["epochs"] for r in row.runs], 0), train_and_test_minutes(row.runs),
-                      row.overrides or "–"])
+        lines.append([row.label, dropout_cell(row.dropout, row.runs), str(len(row.runs)),
+                      *(cells[k] for k in keys), *(cells[k + "_mc"] for k in keys), *row.run_cells()])
     return lines
 
 
 def plot_sentiment(dataset: str, rows: list[SentimentRow], path: Path) -> None:
     """Test error per epoch (mean over seeds, over the epochs all seeds reached): a panel per cell, a line per scheme."""
     cells = list(dict.fromkeys(r.cell for r in rows if r.curves)) or ["lstm"]
-    panels = [[r for r in rows if r.cell == cell and r.curves] for cell in cells]
-    fig, axes = curve_figure(len(cells), max(map(len, panels)))
-    for ax, cell, panel in zip(axes, cells, panels, strict=True):
-        for row in panel:
-            plot_mean_curve(ax, row.curves, line_label(row.scheme, row.dropout, row.setting,
-                                                       {r.dropout for r in panel if r.scheme == row.scheme}))
+    fig, axes = draw_curves({cell: [r for r in rows if r.cell == cell and r.curves] for cell in cells},
+                            lambda row: row.scheme)
+    for ax, cell in zip(axes, cells, strict=True):
         ax.set(title=f"{dataset}, {cell.upper()}: test error per epoch", xlabel="epoch", ylabel=CURVES[dataset][1])
     save_curves(fig, axes, path)
 
@@ -556,7 +571,7 @@ def calibration_table(rows: list[SentimentRow]) -> list[list[str]]:
     for row, folder, run in calibrated_runs(rows):
         difference, (low, high) = run["test_ece_mc_minus_ws"], run["test_ece_mc_minus_ws_ci"]
         better = "MC" if high < 0 else "weight scaling" if low > 0 else "neither (interval holds 0)"
-        lines.append([folder.name, row.name, f"{100 * run['test_accuracy']:.2f}", f"{run['test_ece']:.4f}",
+        lines.append([folder.name, row.label, f"{100 * run['test_accuracy']:.2f}", f"{run['test_ece']:.4f}",
                       f"{run['test_ece_floor']:.4f}", f"{run['test_ece_mc']:.4f}", f"{run['test_ece_floor_mc']:.4f}",
                       f"{difference:+.4f} ({low:+.4f} to {high:+.4f})", better])
     return lines
@@ -601,7 +616,7 @@ def reliability_panel(ax, row: SentimentRow) -> None:
     lim = max(0.0, math.floor(low * 10) / 10)
     ax.set(xlim=(lim, 1), ylim=(lim, 1), xlabel="confidence (bin mean)", ylabel="accuracy")
     # Rows named by their overrides can outgrow a panel: wrap them rather than let titles overlap.
-    ax.set_title(textwrap.fill(f"{row.name} (n={len(runs)})", 50) + f"\n{row.dropout}", fontsize=9)
+    ax.set_title(textwrap.fill(f"{row.label} (n={len(runs)})", 50) + f"\n{row.dropout}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
 
@@ -618,14 +633,14 @@ def write_table(lines: list[list[str]], columns: list[str], stem: Path) -> str:
 
 def write_report(folders: list[Path], out: Path) -> tuple[str, list[Path]]:
     """Write the tables and plots of every run under ``folders`` into ``out``: (the tables as text, files written)."""
-    rows = collect(folders)
+    rows = collect_ptb(folders)
     sentiment = collect_sentiment(folders)
     check_found(folders, bool(rows or sentiment))
     out.mkdir(parents=True, exist_ok=True)
     texts, written = [], []
     if rows:
-        texts.append(write_table(table(rows), COLUMNS, out / "table"))
-        plot(rows, out / "valid_ppl.png")
+        texts.append(write_table(ptb_table(rows), PTB_COLUMNS, out / "table"))
+        plot_ptb(rows, out / "valid_ppl.png")
         written += [out / "table.md", out / "table.csv", out / "valid_ppl.png"]
     for dataset, dataset_rows in sentiment.items():
         text = write_table(sentiment_table(dataset, dataset_rows), sentiment_columns(dataset), out / f"{dataset}_table")
