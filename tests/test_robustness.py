@@ -1,5 +1,5 @@
-"""Resuming from checkpoints saved under other settings or by other versions, perplexities of broken models, and
-an unknown device."""
+"""Resuming from checkpoints saved under other settings, by other versions or after a crash between two checkpoint
+writes, perplexities of broken models, and an unknown device."""
 
 from __future__ import annotations
 
@@ -38,6 +38,23 @@ def test_fp16_resume_from_a_checkpoint_saved_without_loss_scaling(tmp_path, tiny
     t.scaler = torch.amp.GradScaler("cpu", enabled=True)
     t.restore(last_pt)
     assert t.epoch == 1 and t.scaler.get_scale() == 2.0**16  # loss scaling starts afresh, as in a new fp16 run
+
+
+def test_a_best_checkpoint_saved_after_the_resumed_epoch_stays_the_best(tmp_path, tiny_corpus, caplog):
+    trainer(tmp_path, tiny_corpus, "trainer.epochs=1").fit()
+    after_one = (tmp_path / checkpoint.LAST).read_bytes()
+    trainer(tmp_path, tiny_corpus, "trainer.epochs=2").fit()
+    # As if the second epoch died after writing best.pt and before last.pt, having scored better than the
+    # redone epoch will (GPU kernels are not bit-exact): best.pt is from epoch 2, last.pt from epoch 1.
+    best = {**checkpoint.load(tmp_path / checkpoint.LAST), "resumable": False}
+    best["best_valid"] -= 1.0
+    checkpoint.save(best, tmp_path / checkpoint.BEST)
+    kept = (tmp_path / checkpoint.BEST).read_bytes()
+    (tmp_path / checkpoint.LAST).write_bytes(after_one)
+    metrics = trainer(tmp_path, tiny_corpus, "trainer.epochs=2").fit()
+    assert "stays the best so far" in caplog.text
+    assert (tmp_path / checkpoint.BEST).read_bytes() == kept  # the redone epoch 2 did not replace it
+    assert metrics["best_valid_ppl"] == best["best_valid"] and metrics["epochs"] == 2
 
 
 def drop_step(payload):
