@@ -229,9 +229,9 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
     )
 
 
-# `vdrnn eval` runs a checkpoint under the config it was trained with, except for the evaluation settings
-# of its own command line: always the eval group, device, seed and where the data is; and, when given,
-# the settings that change speed or memory but not the model (batch sizes, precision, implementation).
+# `vdrnn eval` runs a checkpoint under the config it was trained with, except for what its own command line
+# gives: always the device, seed and where the data is; and, when given, the evaluation settings and the
+# settings that change speed or memory but not the model (batch sizes, precision, implementation).
 EVAL_ALWAYS = ("device", "seed", "checkpoint", "data.root")
 EVAL_WHEN_GIVEN = ("eval", "data.eval_batch_size", "data.test_batch_size", "data.eval_max_tokens", "trainer.amp",
                    "model.impl")

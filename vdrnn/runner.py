@@ -453,8 +453,12 @@ class EpochTrainer:
         best = self.run_dir / checkpoint.BEST
         if not best.exists():
             return
-        saved = checkpoint.load(best)
-        if saved.get("epoch", 0) > self.epoch and saved["best_valid"] < self.best_valid:
+        try:
+            saved = checkpoint.load(best)
+        except CheckpointError as err:  # not a reason to stop resuming from last.pt; the final test reports it
+            log.warning("%s", err)
+            return
+        if saved.get("epoch", 0) > self.epoch and saved.get("best_valid", math.inf) < self.best_valid:
             log.warning("%s is from epoch %d, after the resumed epoch %d (a crash before last.pt was written): it "
                         "stays the best so far, at valid %s %.4g", best, saved["epoch"], self.epoch, self.selector,
                         saved["best_valid"])
