@@ -53,15 +53,24 @@ def job_overrides(preset: str, seed: int, overrides: list[str]) -> list[str]:
     return [f"experiment={preset}", f"seed={seed}", "trainer.progress=false", *overrides]
 
 
+# Overrides that do not make another experiment: where the data is, the device, logging, Hydra's own.
+NOT_SETTINGS = ("data.root=", "device=", "trainer.progress=", "trainer.log_every=", "hydra.")
+
+
 def earlier_overrides(folder: Path, overrides: list[str]) -> list[str] | None:
-    """The overrides an earlier call ran the job in ``folder`` with, if they are not ``overrides``; None if they
-    are, or if no job got as far as Hydra recording them."""
+    """The overrides an earlier call trained the job in ``folder`` with, if they make another experiment than
+    ``overrides``; None if they do not, or if that job saved nothing (Hydra records the overrides before the job
+    starts, so a job that failed at once, say on a mistyped value, must not block its corrected rerun)."""
     recorded = folder / ".hydra" / "overrides.yaml"
-    if not recorded.exists():
+    if not recorded.exists() or not ((folder / "last.pt").exists() or (folder / "metrics.json").exists()):
         return None
     earlier = yaml.safe_load(recorded.read_text()) or []
-    # Sorted: the same overrides in another order compose the same config.
-    return earlier if sorted(earlier) != sorted(overrides) else None
+
+    def settings(items: list[str]) -> list[str]:
+        # Sorted: the same overrides in another order compose the same config.
+        return sorted(o for o in items if not o.startswith(NOT_SETTINGS))
+
+    return earlier if settings(earlier) != settings(overrides) else None
 
 
 def visible_devices(gpus: list[int]) -> list[str]:
@@ -111,6 +120,8 @@ def main() -> None:
     not_overrides = [o for o in args.overrides if "=" not in o]
     if not_overrides:
         parser.error(f"{' '.join(not_overrides)}: overrides are key=value (e.g. trainer.amp=bf16)")
+    if args.gpus and len(set(args.gpus)) < len(args.gpus):
+        parser.error(f"--gpus {' '.join(map(str, args.gpus))}: each GPU once (--parallel sets the jobs per GPU)")
     try:
         # None: the jobs inherit this process's CUDA_VISIBLE_DEVICES
         devices = dict(zip(args.gpus, visible_devices(args.gpus), strict=True)) if args.gpus else {None: None}
@@ -145,7 +156,16 @@ def main() -> None:
         return min(gpus, key=lambda gpu: sum(job[2] == gpu for job in running))
 
     while pending or running:
-        # Checked before starting jobs: one started past the deadline would only be stopped seconds later.
+        # Jobs that ended first (a failure must be reported as one, not as stopped at the deadline), then the
+        # deadline, before starting jobs: one started past it would only be stopped seconds later.
+        for job in list(running):
+            process, folder, _ = job
+            if process.poll() is not None:
+                running.remove(job)
+                if process.returncode != 0:
+                    failed.append(folder)
+                print(f"{'finished' if process.returncode == 0 else f'FAILED ({process.returncode})'} {folder}",
+                      flush=True)
         if deadline is not None and time.monotonic() >= deadline:
             for process, folder, _ in running:
                 process.terminate()
@@ -165,14 +185,6 @@ def main() -> None:
             running.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), str(folder), gpu))
             print(f"started {folder}" + (f" on GPU {gpu}" if gpu is not None else ""), flush=True)
         time.sleep(5)
-        for job in list(running):
-            process, folder, _ = job
-            if process.poll() is not None:
-                running.remove(job)
-                if process.returncode != 0:
-                    failed.append(folder)
-                print(f"{'finished' if process.returncode == 0 else f'FAILED ({process.returncode})'} {folder}",
-                      flush=True)
     if pending:
         print(f"{len(pending)} job(s) not started before the deadline: "
               f"{', '.join(str(folder) for _, _, folder in pending)}", flush=True)

@@ -96,6 +96,29 @@ def test_a_root_run_with_other_overrides_is_refused_with_its_folder_named(tmp_pa
     assert "job(s) to run" not in result.stdout  # refused before anything is skipped, started or reported
 
 
+def test_a_job_that_saved_nothing_or_differs_only_in_where_it_ran_is_not_refused(tmp_path):
+    # Hydra records the overrides before the job starts: a job that failed at once (a mistyped value) saved nothing,
+    # and its corrected rerun must go ahead.
+    failed = tmp_path / "runs" / "medium_zaremba" / "seed1"
+    finished_job(failed, ["experiment=medium_zaremba", "seed=1", "trainer.progress=false", "trainer.amp=bf61"])
+    (failed / "metrics.json").unlink()
+    # Where the data is and the device make no other experiment.
+    finished_job(tmp_path / "runs" / "medium_none" / "seed1",
+                 ["experiment=medium_none", "seed=1", "trainer.progress=false", "trainer.amp=off", "data.root=/old",
+                  "device=cuda:1"])
+    result = reproduce("--experiments", "medium_zaremba", "medium_none", "--root", "runs", "--deadline-min", "0",
+                       "--", "trainer.amp=off", "data.root=/new", cwd=tmp_path)
+    assert "was run with the overrides" not in result.stderr, result.stderr
+    assert "1 job(s) to run" in result.stdout and "1 job(s) not started" in result.stdout
+
+
+def test_a_gpu_given_twice_is_refused(tmp_path, script, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.chdir(tmp_path)
+    assert run_main(script, monkeypatch, "--size", "medium", "--gpus", "0", "0", "--root", "runs") == 2
+    assert "each GPU once" in capsys.readouterr().err
+
+
 def test_no_job_starts_past_the_deadline_and_the_script_says_work_is_left(tmp_path):
     result = reproduce("--experiments", "medium_zaremba", "medium_variational", "--root", "runs",
                        "--deadline-min", "0", cwd=tmp_path)

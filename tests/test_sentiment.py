@@ -235,11 +235,12 @@ def test_the_ece_difference_interval_is_the_basic_bootstrap_one_not_the_percenti
     a, labels = binary_predictor(300, sharpen=1.0, seed=7)
     b, _ = binary_predictor(300, sharpen=0.7, seed=7)
     difference, low, high = ece_difference(a, b, labels, resamples=400, seed=3)
-    # The same resamples by hand: 400 draws of 300 indices from the seeded generator, in chunks of 100.
-    generator = torch.Generator().manual_seed(3)
+    # The same resamples by hand: 400 draws of 300 indices from the seeded generator (drawn in one go or in chunks,
+    # the generator gives the same indices).
+    index = torch.randint(300, (400, 300), generator=torch.Generator().manual_seed(3))
     (conf_a, pred_a), (conf_b, pred_b) = (p.double().max(dim=1) for p in (a, b))
-    resampled = torch.cat([_ece(conf_a[i], (pred_a == labels)[i], ECE_BINS) - _ece(conf_b[i], (pred_b == labels)[i], ECE_BINS)
-                           for i in (torch.randint(300, (100, 300), generator=generator) for _ in range(4))])
+    resampled = (_ece(conf_a[index], (pred_a == labels)[index], ECE_BINS)
+                 - _ece(conf_b[index], (pred_b == labels)[index], ECE_BINS))
     q_low, q_high = resampled.quantile(torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
     assert (low, high) == pytest.approx((2 * difference - q_high, 2 * difference - q_low))
     assert (low, high) != pytest.approx((q_low, q_high))  # the resamples sit off-centre here: the two differ

@@ -63,4 +63,5 @@ def load_model_state(model: torch.nn.Module, payload: dict[str, Any], path: str 
 def check_vocab(payload: dict[str, Any], vocab: list[str], path: str | Path, fix: str) -> None:
     """Refuse a checkpoint trained on another vocabulary (its embedding rows would stand for other words)."""
     if payload["vocab"] != vocab:
-        raise CheckpointError(f"checkpoint {path} was trained on another vocabulary than the data found now; {fix}")
+        raise CheckpointError(f"checkpoint {path} was trained on another vocabulary than the data found now (other "
+                              f"files, other data.* settings, or a vdrnn version that reads the data differently); {fix}")

@@ -179,7 +179,8 @@ def same_experiment(a: dict[str, str], b: dict[str, str]) -> bool:
 def row_for(rows: list[Row], config: dict[str, Any]) -> Row | None:
     """The row among ``rows`` whose runs are each the same experiment as ``config``, or None. Each, not only the
     first: a key that one side lacks matches any value, so an old run without ``data.max_length`` matches runs
-    at 200 and at 400, which must still not share a row."""
+    at 200 and at 400, which must still not share a row. Such a run joins the first row it matches, in the order
+    the runs are found (by folder)."""
     mine = run_settings(config)
     for row in rows:
         if all(same_experiment(run_settings(run.get("config") or {}), mine) for run in row.runs):

@@ -460,8 +460,9 @@ class EpochTrainer:
             return
         if saved.get("epoch", 0) > self.epoch and saved.get("best_valid", math.inf) < self.best_valid:
             log.warning("%s is from epoch %d, after the resumed epoch %d (a crash before last.pt was written): it "
-                        "stays the best so far, at valid %s %.4g", best, saved["epoch"], self.epoch, self.selector,
-                        saved["best_valid"])
+                        "stays the best so far, at valid %s %.4g. That epoch is trained again, and its history "
+                        "(metrics.jsonl, TensorBoard) will be the new attempt's", best, saved["epoch"], self.epoch,
+                        self.selector, saved["best_valid"])
             self.best_valid = saved["best_valid"]
 
     def truncate_history(self) -> None:

@@ -43,18 +43,19 @@ def load(root: str | None) -> list[RatedReview]:
             raise DataError(f"{folder} lacks scaledata/{author}/subj.{author} or rating.{author}; data.root must "
                             f"be the scale_data folder of Pang & Lee's scale_data.tar.gz")
         texts = subj.read_text(encoding="latin-1").splitlines()  # ASCII in v1.0; latin-1 never fails
-        ratings = [_rating(word, rating, line) for line, word in enumerate(rating.read_text().split(), 1)]
+        ratings = [_rating(text.strip(), rating, line) for line, text in enumerate(rating.read_text().splitlines(), 1)
+                   if text.strip()]
         if len(texts) != len(ratings):
             raise DataError(f"{subj} has {len(texts)} reviews but {rating} {len(ratings)} ratings")
         reviews += [RatedReview(text, r) for text, r in zip(texts, ratings, strict=True)]
     return reviews
 
 
-def _rating(word: str, path: Path, line: int) -> float:
+def _rating(text: str, path: Path, line: int) -> float:
     try:
-        value = float(word)
+        value = float(text)
     except ValueError:
         value = float("nan")
     if not 0 <= value <= 1:
-        raise DataError(f"{path}, line {line}: {word!r} is not a rating in [0, 1]; the file is damaged, copy it again")
+        raise DataError(f"{path}, line {line}: {text!r} is not a rating in [0, 1]; the file is damaged, copy it again")
     return value
