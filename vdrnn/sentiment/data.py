@@ -104,8 +104,10 @@ def _load_imdb(cfg: SentimentDataConfig) -> TaskData:
 
 def _first_copies(reviews: list) -> list:
     """``reviews`` without later copies of a text already seen, in order."""
-    seen: set[str] = set()
-    return [r for r in reviews if not (r.text in seen or seen.add(r.text))]
+    first = {}
+    for review in reviews:
+        first.setdefault(review.text, review)
+    return list(first.values())  # dicts keep insertion order: each text where it first appeared
 
 
 def _load_scale(cfg: SentimentDataConfig) -> TaskData:
