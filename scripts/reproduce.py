@@ -12,7 +12,8 @@ Each job runs `vdrnn train experiment=<preset> seed=<s>` in its own folder <root
 A finished job (metrics.json present) is skipped and an unfinished one resumes from its last.pt, so the
 script can be called again and again until every job is done: that is how a run longer than one
 session (or one 10-minute command) completes. Each call must ask for the same overrides as the calls before
-it: a job folder whose .hydra/overrides.yaml differs is refused (use a new --root for other overrides).
+it: a job folder whose saved run had other settings in its .hydra/overrides.yaml is refused (use a new --root
+for other overrides; data.root, device and logging may change).
 `--deadline-min` stops the jobs still running after that many minutes (their last completed epoch is safe
 in last.pt), starts no job after it, and still writes the report of what is done.
 
