@@ -38,6 +38,27 @@ def test_weight_drop_mask_is_one_per_minibatch_and_resampled():
     first, second = scheme.layer_masks(x, 12, 4, 0).w_hh, scheme.layer_masks(x, 12, 4, 0).w_hh
     assert first.shape == (48, 12) and not torch.equal(first, second)  # [4H, H], shared by samples and steps
     assert (first == 0).float().mean().item() == pytest.approx(0.5, abs=0.1)
+    assert set(first.unique().tolist()) == {0.0, 2.0}  # inverted: kept weights scaled by 1/(1-p)
+
+
+def test_the_layer_runs_the_lstm_with_w_hh_times_the_schemes_mask():
+    """Weight drop as DropConnect: the layer's output is a plain LSTM's with W_hh' = W_hh * M / (1-p), M the
+    mask the scheme drew, and the raw W_hh's gradient is zero exactly where M dropped an entry."""
+    torch.manual_seed(0)
+    scheme = make_dropout(DropoutConfig(scheme="awd", weight=0.5))
+    layer = awd_model(embedding=0.0, input=0.0, hidden=0.0, output=0.0).layers[0]
+    x = torch.randn(T, B, 6)
+    masks = scheme.layer_masks(x, 12, 4, 0)
+    state = (torch.zeros(B, 12), torch.zeros(B, 12))
+    y, _ = layer(x, state, masks)
+    plain = torch.nn.LSTM(6, 12)
+    plain.load_state_dict(layer.lstm.state_dict())
+    with torch.no_grad():
+        plain.weight_hh_l0.mul_(masks.w_hh)
+    torch.testing.assert_close(y, plain(x)[0])
+    y.sum().backward()
+    grad = layer.lstm.weight_hh_l0.grad
+    assert torch.all(grad[masks.w_hh == 0] == 0) and (grad[masks.w_hh != 0] != 0).float().mean() > 0.9
 
 
 def test_raw_w_hh_gets_gradients_is_never_overwritten_and_eval_uses_it():

@@ -114,6 +114,13 @@ def test_cell_mask_on_a_gru_is_refused():
         GRULayer(D, H)(torch.randn(T, B, D), torch.zeros(B, H), LayerMasks(c=torch.ones(B, H)))
 
 
+@pytest.mark.parametrize("layer_cls", [GRULayer, RNNLayer])
+def test_weight_drop_on_a_single_state_layer_is_refused_not_ignored(layer_cls):
+    layer = layer_cls(D, H)
+    with pytest.raises(ValueError, match="weight-drop mask"):
+        layer(torch.randn(T, B, D), torch.zeros(B, H), LayerMasks(w_hh=torch.ones(layer.gates * H, H)))
+
+
 def test_lstm_per_gate_masks_follow_gals_equation_5():
     """Untied LSTM (Gal eq. 5): gate k's products see x * z_x^k and h_{t-1} * z_h^k, at every step."""
     torch.manual_seed(0)
@@ -139,8 +146,7 @@ def test_a_unit_dropped_from_h_has_no_influence_at_any_step(cell):
     """z_h is fixed over time: the recurrent weights that read a dropped unit j of h_{t-1} (column j of W_hh,
     for the gate whose mask drops it) never matter, at any step, while those of a kept unit do."""
     torch.manual_seed(0)
-    layer = {"lstm": lambda: LSTMLayer(D, H, impl="reference"), "lstm_untied": lambda: LSTMLayer(D, H, impl="reference"),
-             "gru": lambda: GRULayer(D, H), "rnn": lambda: RNNLayer(D, H)}[cell]()
+    layer = LSTMLayer(D, H, impl="reference") if cell.startswith("lstm") else {"gru": GRULayer, "rnn": RNNLayer}[cell](D, H)
     gates, per_gate = {"lstm": (4, False), "lstm_untied": (4, True), "gru": (3, False), "rnn": (1, False)}[cell]
     x = torch.randn(T, B, D)
     z_h = torch.ones((B, gates, H) if per_gate else (B, H))

@@ -59,6 +59,12 @@ def test_moon_drops_cell_units_fixed_over_time_per_sample():
     dropped = masks.c == 0
     assert torch.all(y[:, dropped] == 0) and torch.all(c[dropped] == 0)
     assert torch.all(c[~dropped] != 0)
+    # One step from the same state: a kept unit's c_1 is the plain LSTM's, and its h_1 is twice the plain h_1.
+    x1 = x_input()[:1]
+    y_moon, (_, c_moon) = layer(x1, state, masks)
+    y_plain, (_, c_plain) = layer(x1, state)
+    torch.testing.assert_close(c_moon[~dropped], c_plain[~dropped])
+    torch.testing.assert_close(y_moon[0][~dropped], 2 * y_plain[0][~dropped])
 
 
 def test_moon_cell_scale_c_puts_the_inverted_dropout_scale_on_the_cell_state():
@@ -95,11 +101,8 @@ def test_variational_tied_masks_fixed_over_time_per_sample_shared_by_gates():
     masks = scheme("variational", input=0.5, recurrent=0.3).layer_masks(x_input(), H, GATES)
     assert masks.x.shape == (B, D) and masks.h.shape == (B, H) and not masks.per_gate
     assert not torch.equal(masks.x[0], masks.x[1]) and not torch.equal(masks.h[0], masks.h[1])
-    # Fixed over time: with an input that is the same at every step, the masked projection is too.
-    x = torch.randn(1, B, D).expand(T, B, D)
-    w, b = torch.randn(GATES * H, D), torch.randn(GATES * H)
-    proj = masked_linear(x, w, b, masks.x, per_gate=False)
-    assert torch.allclose(proj[0], proj[-1])
+    # Fixed over time: the masks have no time axis ([B, D], [B, H]), so every step reuses them.
+    x = torch.randn(T, B, D)
     # Shared by gates: a zeroed input feature contributes to no gate at all.
     sample, feature = (masks.x == 0).nonzero()[0].tolist()
     w_probe = torch.zeros(GATES * H, D)
@@ -122,6 +125,8 @@ def test_variational_untied_masks_differ_per_gate():
 
 
 def test_untied_with_equal_gate_masks_equals_tied():
+    """The per-gate path reduces to the tied one. (Equal masks cannot tell which gate gets which mask; that
+    mapping is pinned above and by tests/test_cells.py::test_lstm_per_gate_masks_follow_gals_equation_5.)"""
     torch.manual_seed(0)
     layer = LSTMLayer(D, H, impl="reference")
     x, state = x_input(), (torch.randn(B, H), torch.randn(B, H))
@@ -185,6 +190,10 @@ def test_gaussian_masks_sit_where_gals_do_per_sample_fixed_over_time_with_each_s
     variance = {name: m.var().item() for name, m in
                 (("x", first.x), ("h", first.h), ("x2", second.x), ("out", out), ("words", words[0]))}
     assert variance == pytest.approx({"x": 1.0, "h": 0.25, "x2": 0.3 / 0.7, "out": 0.4 / 0.6, "words": 0.25}, rel=0.05)
+    # The same variances as Bernoulli masks of these p, so what makes them Kingma's is the values: real-valued,
+    # some negative (2% of the draws at p 0.2), never the two values {0, 1/(1-p)}.
+    for name, m in (("x", first.x), ("h", first.h), ("x2", second.x), ("out", out), ("words", words)):
+        assert m.unique().numel() > 1000 and (m < 0).any(), name
     assert not torch.equal(first.h[0], first.h[1])  # per sample
 
 
@@ -193,6 +202,7 @@ def test_gaussian_untied_draws_a_mask_per_gate_and_the_layer_applies_it_like_gal
     masks = scheme("gaussian", input=0.5, recurrent=0.5, per_gate=True).layer_masks(x_input(), H, GATES)
     assert masks.per_gate and masks.x.shape == (B, GATES, D) and masks.h.shape == (B, GATES, H)
     assert not torch.equal(masks.h[:, 0], masks.h[:, 1])
+    assert masks.x.unique().numel() == masks.x.numel() and masks.h.unique().numel() == masks.h.numel()  # Gaussian
     # The layer only multiplies by what the scheme draws: all-ones per-gate masks leave the plain LSTM, and the
     # Gaussian draws (real-valued, unlike Bernoulli's two values) perturb it.
     layer = LSTMLayer(D, H, impl="reference")
@@ -249,7 +259,7 @@ def test_none_scheme_is_deterministic_in_training():
 
 
 def test_mc_can_turn_word_dropout_off():
-    model = lm("variational", embedding=0.99 - 1e-9)
+    model = lm("variational", embedding=0.5)
     tokens = torch.randint(0, V, (T, B))
     state = model.initial_state(B, "cpu")
     with_wd, _ = model(tokens, state, stochastic=True, word_dropout=True)
@@ -333,6 +343,25 @@ def test_mask_granularity_batch_is_accepted_and_used_by_the_schemes_that_draw_th
         tokens = torch.randint(V, (T, B))
         mask = dropout.word_type_mask(tokens, V)
         assert all(mask[tokens == w].unique().numel() == 1 for w in tokens.unique())
+
+
+@pytest.mark.parametrize("name, per_gate, learn_alpha", [
+    ("variational", False, False), ("variational", True, False), ("gaussian", False, False),
+    ("gaussian", True, True), ("gaussian", False, True),
+])
+def test_locked_mask_batch_shares_every_fixed_over_time_mask_with_the_batch(name, per_gate, learn_alpha):
+    """``locked_mask=batch``: x, h_{t-1} and the output each get one row for the whole batch, per gate when untied,
+    learned noise too."""
+    torch.manual_seed(0)
+    cfg = DropoutConfig(scheme=name, input=0.5, recurrent=0.3, output=0.4, locked_mask="batch", per_gate=per_gate,
+                        learn_alpha=learn_alpha)
+    dropout = make_dropout(cfg)
+    dropout.noise_scales([(D, H, GATES)], V)
+    masks = dropout.layer_masks(x_input(), H, GATES)
+    gate = (GATES,) if per_gate else ()
+    assert masks.x.shape == (1, *gate, D) and masks.h.shape == (1, *gate, H)
+    assert dropout.output_mask(torch.randn(T, B, H)).shape == (1, 1, H)
+    assert dropout.shares_draws_across_batch(word_dropout=False)  # so MC runs its samples one per pass
 
 
 def test_each_variational_probability_drives_its_own_mask_and_the_output_mask_is_fixed_over_time():
@@ -467,3 +496,12 @@ def test_kl_without_learned_sites_is_a_zero_tensor():
     assert not scales.log_alpha
     kl = scales.kl()
     assert isinstance(kl, torch.Tensor) and kl.item() == 0.0
+
+
+def test_a_learned_noise_scheme_serves_one_model():
+    """The masks are drawn from the scheme's log alpha, so a second model on the same scheme would take over the
+    first one's noise: refused."""
+    dropout = make_dropout(DropoutConfig(scheme="gaussian", input=0.5, learn_alpha=True))
+    LanguageModel(V, ModelConfig(num_layers=1, hidden_size=H), dropout)
+    with pytest.raises(RuntimeError, match="make_dropout again"):
+        LanguageModel(V, ModelConfig(num_layers=1, hidden_size=H), dropout)

@@ -76,19 +76,6 @@ def test_every_parameter_gets_gradient_under_variational_dropout():
         assert all(not h.requires_grad and not c.requires_grad for h, c in detach_state(state))
 
 
-def test_dropped_recurrent_unit_has_no_influence_through_h():
-    """A unit zeroed by z_h for sample b contributes nothing to the next step's gates of sample b."""
-    torch.manual_seed(0)
-    layer = LSTMLayer(D, H, impl="reference")
-    x = torch.randn(2, 1, D)
-    h_mask = torch.ones(1, H)
-    h_mask[0, 3] = 0
-    h0 = torch.randn(1, H, requires_grad=True)
-    y, _ = lstm_reference(x, (h0, torch.zeros(1, H)), layer.parameters_tuple(), LayerMasks(h=h_mask))
-    y[0].sum().backward()
-    assert h0.grad[0, 3] == 0 and h0.grad[0, 2] != 0
-
-
 def test_keras_init_reaches_every_layer_of_a_language_model():
     torch.manual_seed(0)
     config = ModelConfig(num_layers=2, hidden_size=8, embedding_size=8, tie_weights=True, init="keras")

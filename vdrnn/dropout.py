@@ -2,27 +2,31 @@
 
 Notation (Gal & Ghahramani 2016, "A Theoretically Grounded Application of Dropout in RNNs"):
 x_t is a layer's input at time t, h_{t-1} its previous output, c_t the LSTM cell state, and the
-LSTM (gate order i, f, g, o as in ``torch.nn.LSTM``) computes
+LSTM (gate order i, f, g, o as in ``torch.nn.LSTM``) computes, with [a_i; a_f; a_g; a_o] the row blocks of
+W_x x_t + W_h h_{t-1} + b,
 
-    [i; f; g; o] = W_x x_t + W_h h_{t-1} + b,   c_t = f*c_{t-1} + i*g,   h_t = o*tanh(c_t).
+    i, f, o = sigma(a_i), sigma(a_f), sigma(a_o),   g = tanh(a_g),   c_t = f*c_{t-1} + i*g,   h_t = o*tanh(c_t).
 
 A *mask* z is a tensor of independent Bernoulli(1-p) draws divided by (1-p) ("inverted dropout"; Gaussian
 N(1, p/(1-p)) draws in Kingma's scheme), so E[z] = 1 and evaluation with all masks equal to one (weight
-scaling, ``eval=scale``) needs no rescaling. What differs between schemes is where masks go, their shape,
-and how often they are drawn:
+scaling, ``eval=scale``) needs no rescaling. (Moon's cell mask is the exception: unscaled, its 1/(1-p) sits
+on h_t; see :class:`MoonDropout`.) What differs between schemes is where masks go, their shape, and how
+often they are drawn (B batch, D a layer's input size, H its hidden size, V the vocabulary):
 
-| scheme                 | dropped tensors                           | mask shape     | drawn                          |
-|------------------------|-------------------------------------------|----------------|--------------------------------|
-| ``none``               | nothing                                   | --             | --                             |
-| ``zaremba`` (2014)     | layer inputs x_t, final output            | T x B x D      | fresh every time step, sample  |
-| ``moon`` (2015)        | cell state c_t (+ optional word types)    | B x H          | once per sample per minibatch  |
-| ``variational`` (tied) | word types, x_t, h_{t-1}, final output    | B x D          | once per sample per minibatch  |
-| ``variational`` untied | same, with a separate mask for every gate | B x G x D      | once per sample per minibatch  |
-| ``gaussian`` (Kingma)  | as ``variational``; entries N(1, p/(1-p)) | as variational | once per sample per minibatch  |
+| scheme                  | dropped tensors                    | mask shapes            | drawn                     |
+|-------------------------|------------------------------------|------------------------|---------------------------|
+| ``none``                | nothing                            | --                     | --                        |
+| ``zaremba`` (2014)      | x_t, output                        | TxBxD, TxBxH           | every step, per sample    |
+| ``moon`` (2015)         | c_t (+ word types)                 | BxH (BxV)              | per sample, per minibatch |
+| ``variational``, tied   | word types, x_t, h_{t-1}, output   | BxV, BxD, BxH, BxH     | per sample, per minibatch |
+| ``variational``, untied | the same, x_t and h_{t-1} per gate | BxV, BxGxD, BxGxH, BxH | per sample, per minibatch |
+| ``gaussian`` (Kingma)   | as variational, N(1, p/(1-p))      | as variational         | per sample, per minibatch |
+| ``awd`` (Merity)        | word types, x_t, output, W_hh      | V, BxD, BxH, GHxH      | W_hh, V: per minibatch    |
 
 G is the cell's number of gates (4 LSTM, 3 GRU, 1 RNN). With ``dropout.locked_mask=batch`` the fixed-over-time
 masks of ``variational``, ``gaussian`` and ``awd`` (:class:`AWDDropout`) are drawn once per minibatch and shared
-by its sequences: 1 x D (1 x G x D untied) instead of B x D (B x G x D).
+by its sequences: 1 x D (1 x G x D untied) instead of B x D (B x G x D). AWD's word types are drawn per
+minibatch in its preset (``dropout.embedding_mask=batch``: one V mask), per sequence otherwise.
 
 With ``dropout.learn_alpha`` the Gaussian scheme learns each masked unit's variance alpha (Kingma's adaptive
 variational dropout, :class:`NoiseScales`); the masks keep their shapes and draws.
@@ -441,8 +445,9 @@ class GaussianDropout(VariationalDropout):
     MC (``eval=mc``) draws fresh xi per sample.
 
     Why this is Kingma's variational dropout. Multiplying the inputs a of a linear map B = (a * xi) W by
-    xi ~ N(1, alpha) is the same as sampling each row w_i of W from N(w_i, alpha w_i^2) with one noise variable
-    per row: Kingma's variational dropout with correlated weight noise ("variational dropout A", the
+    xi ~ N(1, alpha) is the same as sampling each row w_i of W as xi_i * w_i, one noise variable per row (a
+    rank-one Gaussian N(w_i, alpha w_i w_i^T), not independent noise per weight): Kingma's variational dropout
+    with correlated weight noise ("variational dropout A", the
     variational reading of Gaussian dropout on a layer's inputs), a Gaussian posterior q(W) whose mean W is
     what training learns. Tying the draws over time, as Gal does, makes the
     noise one sample of the weights per sequence, the same W at every step. Under Kingma's log-uniform prior,
@@ -461,6 +466,11 @@ class GaussianDropout(VariationalDropout):
 
     def noise_scales(self, layers, outputs):
         if self.config.learn_alpha:
+            # The masks are drawn from these parameters, so a second model built on this scheme would take
+            # over the first one's noise: one scheme per model.
+            if self.scales is not None:
+                raise RuntimeError("this scheme's learned noise scales belong to another model: call "
+                                   "make_dropout again for each model")
             self.scales = NoiseScales(self.config, layers, outputs)
         return self.scales
 
@@ -577,8 +587,9 @@ def weights_of(model: nn.Module) -> list[nn.Parameter]:
 class AWDDropout(VariationalDropout):
     """Merity, Keskar & Socher (2017), AWD-LSTM: locked dropout plus weight drop, no mask on h_{t-1}.
 
-    - word types (``embedding``, the reference's 0.1): whole embedding rows dropped; by default one
-      draw per word type for the whole minibatch (``embedding_mask=batch``, as ``embedded_dropout``).
+    - word types (``embedding``, the reference's 0.1): whole embedding rows dropped; the ``awd`` preset
+      draws once per word type for the whole minibatch (``embedding_mask=batch``, as ``embedded_dropout``;
+      ``sample`` draws per sequence, as Gal).
     - locked dropout (Gal's fixed-over-time masks) on the embedding output (``input``, dropouti 0.65),
       between layers (``hidden``, dropouth 0.3) and on the output (``output``, 0.4): [B, D] per sample
       ([1, D] shared by the batch with ``locked_mask=batch``).

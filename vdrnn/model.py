@@ -37,6 +37,8 @@ class ModelConfig:
     init: str = "uniform"  # uniform: every parameter U(+-init_range) (Zaremba, Gal) | awd | keras: see initialize
     init_range: float = 0.05
     cell: str = "lstm"
+    # tied | untied: the config's choice, as logged. The layers read it as DropoutConfig.per_gate, which
+    # config.dropout_from derives from it: the weights are the same, only the masks differ.
     gates: str = "tied"
     impl: str = "auto"  # masked recurrences: auto (fast on CUDA, reference on CPU) | fast | reference
 

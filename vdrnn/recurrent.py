@@ -235,6 +235,8 @@ class _SingleStateLayer(nn.Module):
         masks = masks or LayerMasks()
         if masks.c is not None:
             raise ValueError(f"{type(self).__name__} has no cell state: Moon's c-mask needs an LSTM")
+        if masks.w_hh is not None:  # refused rather than silently ignored: AWD's weight drop is for the LSTM
+            raise ValueError(f"{type(self).__name__} does not apply a weight-drop mask: AWD's W_hh mask needs an LSTM")
         if masks.recurrent:
             return self.masked_loop(x)(x, h0, self.parameters_tuple(), masks)
         if masks.x is not None:  # input mask shared by all gates: the stock kernel still applies

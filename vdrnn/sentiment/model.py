@@ -5,8 +5,8 @@
 
 Each ``forward`` (one minibatch) draws its masks as the scheme says (:mod:`vdrnn.dropout`): fixed-over-time
 masks once per call, per sample or shared by the batch; Zaremba's afresh at every step. Padding cannot change a
-review's output: the recurrence is causal, the fixed-over-time masks have no time axis, and the head reads
-step ``length - 1`` of each review.
+review's output: the recurrence is causal, so the padded steps after a review's end never reach its step
+``length - 1``, which is the step the head reads.
 """
 
 from __future__ import annotations
