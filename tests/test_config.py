@@ -222,6 +222,7 @@ def test_lr_schedule_matches_zaremba_medium():
     # NaN compares false with everything, so a check written `clip <= 0` would let it through.
     ("trainer.clip=nan", r"trainer.clip=nan must be > 0"),
     ("trainer.weight_decay=-1e-4", r"trainer.weight_decay=-0.0001 must be >= 0"),
+    ("trainer.log_every=0", "trainer.log_every=0 must be at least 1"),
 ])
 def test_bad_values_are_refused_with_the_fix(override, message):
     with pytest.raises(ConfigError, match=message):

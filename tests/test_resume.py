@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, history, run_cli
+from conftest import TINY, events_of, history, run_cli
 
 from vdrnn.errors import ConfigError
 from vdrnn.runner import check_resumable
@@ -37,6 +37,20 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, tiny_corpus, variant):
     assert final[0]["test_ppl"] == final[1]["test_ppl"] and final[0]["best_valid_ppl"] == final[1]["best_valid_ppl"]
     weights = [torch.load(tmp_path / d / "last.pt", weights_only=True)["model"] for d in ("straight", "resumed")]
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    # TensorBoard: the same points as the uninterrupted run, the interrupted attempt's final test purged.
+    assert_same_curves(tmp_path / "straight", tmp_path / "resumed")
+    if not variant:  # rerunning the finished command tests it again: its test replaces the last one
+        run_cli("train", *common, "trainer.epochs=3", "hydra.run.dir=resumed", cwd=tmp_path)
+        assert_same_curves(tmp_path / "straight", tmp_path / "resumed")
+
+
+def assert_same_curves(a: Path, b: Path) -> None:
+    """The two runs' TensorBoard scalars have the same steps, each step once, and one final test point."""
+    runs = events_of(a), events_of(b)
+    for tag in ("train/loss", "valid/ppl", "best/valid_ppl", "test/ppl"):
+        steps = [[e.step for e in run.Scalars(tag)] for run in runs]
+        assert steps[0] == steps[1] and len(set(steps[1])) == len(steps[1]), (tag, steps)
+    assert len(runs[1].Scalars("test/ppl")) == 1
 
 
 def test_resume_from_another_folder_carries_its_best_checkpoint_and_history(tmp_path, tiny_corpus):
@@ -109,12 +123,12 @@ def test_a_run_whose_best_checkpoint_is_gone_is_not_tested_on_its_last_weights(t
 def test_divergence_stops_without_losing_the_last_good_checkpoint(tmp_path, tiny_corpus):
     common = [*TINY, f"data.root={tiny_corpus}", "hydra.run.dir=run"]
     run_cli("train", *common, "trainer.epochs=1", cwd=tmp_path)
-    good = (tmp_path / "run" / "last.pt").read_bytes()
+    good = {name: (tmp_path / "run" / name).read_bytes() for name in ("last.pt", "best.pt")}
     result = run_cli("train", *common, "trainer.epochs=2", "trainer.lr=1e30", "trainer.clip=1e30", cwd=tmp_path,
                      check=False)
     assert result.returncode == 2
     assert "training diverged in epoch 2" in result.stderr and "last good one" in result.stderr
-    assert (tmp_path / "run" / "last.pt").read_bytes() == good
+    assert {name: (tmp_path / "run" / name).read_bytes() for name in good} == good
 
 
 def test_a_history_cut_short_mid_line_is_read_without_its_torn_last_line(tmp_path):

@@ -439,3 +439,28 @@ def test_mc_regression_side_by_side_equals_one_pass_at_a_time_in_expectation():
     error = single.std(dim=0) / 400**0.5  # of a 400-sample mean
     assert ((side_by_side - one_at_a_time).abs() < 5 * error).all()
     assert ((side_by_side - scaled).abs() > 5 * error).any()  # the MC estimate, not weight scaling
+
+
+def test_an_interrupted_sentiment_run_resumes_to_the_uninterrupted_numbers(fake_imdb, tmp_path):
+    """Adam's moments, the weight average, the RNG and the per-epoch test curve all come back from last.pt."""
+    from conftest import composed, history
+
+    from vdrnn.config import to_container
+    from vdrnn.sentiment import run
+
+    def train(folder, epochs):
+        raw = to_container(composed("dataset=imdb", "cell=gru", "dropout=variational", f"data.root={fake_imdb}",
+                                    "model.hidden_size=8", "data.batch_size=8", "data.valid_fraction=0.25",
+                                    f"trainer.epochs={epochs}", "trainer.ema=0.9", "eval=mc", "eval.samples=3",
+                                    "eval.batch=3", "trainer.progress=false", "device=cpu"))
+        return run(raw, tmp_path / folder)
+
+    straight = train("straight", 3)
+    train("resumed", 1)
+    resumed = train("resumed", 3)
+    def untimed(folder):  # every per-epoch record but its speed
+        return [{k: v for k, v in r.items() if k not in ("wps", "epoch_seconds")} for r in history(tmp_path / folder)]
+
+    assert untimed("resumed") == untimed("straight") and len(untimed("resumed")) == 3
+    for key in ("test_accuracy", "test_nll", "test_accuracy_mc", "test_nll_mc", "best_valid_nll"):
+        assert resumed[key] == straight[key], key

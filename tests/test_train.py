@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import composed
+from conftest import composed, history
 
 from vdrnn.config import from_dict, to_container
 from vdrnn.train import LanguageModelTrainer
@@ -84,6 +84,39 @@ def test_init_from_loads_the_weights_only(tmp_path, tiny_corpus):
     assert (second.epoch, second.step) == (0, 0)
 
 
+def test_a_run_started_with_init_from_resumes_after_its_source_is_gone(tmp_path, tiny_corpus):
+    """init_from only starts a run: a resume restores the run's own weights, with the option or without it."""
+    trainer(tmp_path / "a", tiny_corpus, "trainer.epochs=1").fit()
+    source = tmp_path / "a" / "best.pt"
+    for run in ("b", "c"):
+        trainer(tmp_path / run, tiny_corpus, "trainer.epochs=1", f"init_from={source}").fit()
+    source.unlink()
+    for run, extra in (("b", [f"init_from={source}"]), ("c", [])):
+        assert trainer(tmp_path / run, tiny_corpus, "trainer.epochs=2", *extra).fit()["epochs"] == 2
+
+
+@pytest.mark.parametrize("schedule", [
+    ["trainer.optimizer=ntasgd", "trainer.nonmono=1", "trainer.lr=5"],  # switches to averaging (epoch 4)
+    ["trainer.optimizer=asgd", "trainer.stop_nonmono=true", "trainer.nonmono=1", "trainer.lr=5"],  # stops at epoch 3
+    ["data.variable_bptt=true"],  # the lengths come from the CPU generator, restored with the checkpoint
+], ids=["ntasgd", "stop-nonmono", "variable-bptt"])
+def test_resume_is_exact_through_awds_schedule(tmp_path, tiny_corpus, schedule):
+    """An interrupted run, resumed, repeats the uninterrupted one epoch for epoch, also where the checkpoint must
+    carry more than the weights: NT-ASGD's switch (a new optimizer) and history, the early stop, variable BPTT."""
+    common = ["dropout=variational", "dropout.input=0.3", "dropout.recurrent=0.3", "trainer.progress=false", *schedule]
+    trainer(tmp_path / "straight", tiny_corpus, "trainer.epochs=6", *common).fit()
+    trainer(tmp_path / "resumed", tiny_corpus, "trainer.epochs=2", *common).fit()
+    resumed = trainer(tmp_path / "resumed", tiny_corpus, "trainer.epochs=6", *common)
+    resumed.fit()
+    keys = ("epoch", "step", "lr", "train_loss", "valid_ppl")
+    assert [[r[k] for k in keys] for r in history(tmp_path / "resumed")] == \
+        [[r[k] for k in keys] for r in history(tmp_path / "straight")]
+    if "trainer.optimizer=ntasgd" in schedule:
+        assert resumed.averaging  # the switch happened, so the resume went through it
+    if "trainer.stop_nonmono=true" in schedule:
+        assert resumed.stopped_early() and resumed.epoch < 6
+
+
 def test_max_minutes_stops_starting_epochs_and_tests_the_best(tmp_path, tiny_corpus):
     t = trainer(tmp_path, tiny_corpus, "trainer.epochs=50", "trainer.max_minutes=1e-6")
     metrics = t.fit()
@@ -92,6 +125,16 @@ def test_max_minutes_stops_starting_epochs_and_tests_the_best(tmp_path, tiny_cor
     # The time spent is part of the checkpoint: a resumed run does not get a fresh budget.
     resumed = trainer(tmp_path, tiny_corpus, "trainer.epochs=50", "trainer.max_minutes=1e-6")
     assert resumed.fit()["epochs"] == 1
+
+
+def test_too_few_tokens_for_the_batch_is_refused_with_the_key(tmp_path, tiny_corpus):
+    from vdrnn.errors import DataError
+
+    with pytest.raises(DataError, match="validation split has 6 tokens, too few for data.eval_batch_size=4.*"
+                                        "raise data.eval_max_tokens"):
+        trainer(tmp_path, tiny_corpus, "data.eval_max_tokens=6", "data.eval_batch_size=4")
+    with pytest.raises(DataError, match="test split has 6 tokens, too few for data.test_batch_size=5"):
+        trainer(tmp_path, tiny_corpus, "data.eval_max_tokens=6", "data.eval_batch_size=3", "data.test_batch_size=5")
 
 
 def test_max_minutes_must_be_positive(tmp_path, tiny_corpus):
@@ -317,8 +360,9 @@ def test_variable_bptt_minibatches_cover_the_stream_once_with_random_lengths(tmp
 
 
 # ----------------------------------------------------------------------------- MC settings reach mc_perplexity
-@pytest.mark.parametrize("word_dropout,masks", [(True, "minibatch"), (False, "stream")])
-def test_the_test_passes_the_mc_settings_to_mc_perplexity(tmp_path, tiny_corpus, monkeypatch, word_dropout, masks):
+@pytest.mark.parametrize("word_dropout,masks,amp", [(True, "minibatch", "off"), (False, "stream", "bf16")])
+def test_the_test_passes_the_mc_settings_to_mc_perplexity(tmp_path, tiny_corpus, monkeypatch, word_dropout, masks,
+                                                          amp):
     import inspect
 
     import vdrnn.train
@@ -332,10 +376,10 @@ def test_the_test_passes_the_mc_settings_to_mc_perplexity(tmp_path, tiny_corpus,
 
     monkeypatch.setattr(vdrnn.train, "mc_perplexity", fake)
     t = trainer(tmp_path, tiny_corpus, "eval=mc", "eval.samples=3", "eval.batch=2",
-                f"eval.word_dropout={str(word_dropout).lower()}", f"eval.mc_masks={masks}")
+                f"eval.word_dropout={str(word_dropout).lower()}", f"eval.mc_masks={masks}", f"trainer.amp={amp}")
     metrics = t.final_metrics()
     assert metrics["test_ppl_mc"] == 7.0 and len(calls) == 1
     got = calls[0]
     assert got["model"] is t.model and torch.equal(got["stream"], t.corpus.test)
     assert (got["samples"], got["batch"], got["bptt"]) == (3, 2, 6)
-    assert got["word_dropout"] is word_dropout and got["masks"] == masks and got.get("amp", "off") == "off"
+    assert got["word_dropout"] is word_dropout and got["masks"] == masks and got.get("amp", "off") == amp

@@ -42,8 +42,9 @@ def load(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(
             f"checkpoint {path} is unreadable ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
             f"it is truncated or not a vdrnn checkpoint. To evaluate, use the run's other checkpoint "
-            f"(checkpoint=<run>/best.pt or last.pt); to continue training, only last.pt holds the optimizer and "
-            f"progress as they were (resume=<run>/last.pt), else start afresh in a new output dir"
+            f"(checkpoint=<run>/best.pt or last.pt). Training continues only from a readable last.pt: if this is "
+            f"a run's last.pt, move it aside and the run starts afresh in its folder, or start a new run in a new "
+            f"output dir (for a language model, init_from=<run>/best.pt starts from its best weights)"
         ) from err
     if not isinstance(payload, dict) or "model" not in payload or "config" not in payload:
         raise CheckpointError(f"checkpoint {path} is not a vdrnn checkpoint (no model state or config in it)")

@@ -92,11 +92,14 @@ def eval_command(cfg: DictConfig) -> None:
         given = {override.split("=", 1)[0].lstrip("+~") for override in HydraConfig.get().overrides.task}
         run_raw = eval_config(raw, payload["config"], given)
         metrics = task(payload["config"]["data"]["name"]).evaluate(run_raw, path, payload)
+        # What it ran: the checkpoint's settings with the command line's (eval.*, amp, batch sizes, and any data
+        # cap a smoke run's checkpoint brings along), as metrics.json records a training run's.
+        metrics["config"] = run_raw
     except VdrnnError as err:
         _fail(err)
     out = Path(HydraConfig.get().runtime.output_dir) / "eval.json"
     out.write_text(json.dumps(metrics, indent=2) + "\n")
-    print(json.dumps(metrics, indent=2))
+    print(json.dumps({k: v for k, v in metrics.items() if k != "config"}, indent=2))
 
 
 COMMANDS = {"train": train_command, "eval": eval_command}

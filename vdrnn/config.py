@@ -82,6 +82,8 @@ class TrainerConfig:
             raise ConfigError(f"trainer.weight_decay_mode={self.weight_decay_mode!r}; choose `gal` or `l2`")
         if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
             raise ConfigError("trainer.epochs and trainer.max_steps must be at least 1")
+        if self.log_every < 1:  # also how often a NaN loss is looked for
+            raise ConfigError(f"trainer.log_every={self.log_every} must be at least 1 (steps between loss reads)")
         if self.max_minutes is not None and not self.max_minutes > 0:
             raise ConfigError(f"trainer.max_minutes={self.max_minutes} must be positive (or null: no time limit)")
         # Written as `not x > 0` so that NaN, which compares false, is refused too.

@@ -32,22 +32,23 @@ from vdrnn.dropout import weights_of
 from vdrnn.model import LanguageModel, State
 from vdrnn.runner import finish_update
 
+WARMUP_STEPS = 3  # eager steps before the first capture (see _capture)
+
 
 class GraphedTrainStep:
-    def __init__(self, model: LanguageModel, optimizer: torch.optim.Optimizer, clip: float | None,
-                 batch_size: int, bptt: int, weight_decay: float = 0.0, amp: str = "off", warmup: int = 3,
+    def __init__(self, model: LanguageModel, optimizer: torch.optim.Optimizer, clip: float,
+                 batch_size: int, bptt: int, weight_decay: float = 0.0, amp: str = "off",
                  sum_over_time: bool = False, kl_scale: float = 0.0):
         if amp not in ("off", "bf16"):
             raise ValueError(f"amp={amp!r}: a graphed step supports 'off' and 'bf16' (fp16 needs a GradScaler)")
         if type(optimizer) is not torch.optim.SGD:  # Adam/ASGD built without capturable=True raise under capture
             raise ValueError(f"a graphed step takes plain SGD, not {type(optimizer).__name__}")
         self.model, self.optimizer = model, optimizer
-        self.clip = float("inf") if clip is None else clip  # inf: report the norm, never scale
+        self.clip = clip
         self.weight_decay = weight_decay
         self.amp = amp
         self.sum_over_time = sum_over_time  # the objective is the NLL summed over steps (Zaremba, Gal)
         self.kl_scale = kl_scale  # learned dropout variances: their KL term's weight per token
-        self.warmup = warmup
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.weights = [p for p in weights_of(model) if p.requires_grad]  # what weight decay shrinks
         device = self.params[0].device
@@ -99,7 +100,7 @@ class GraphedTrainStep:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
-                for _ in range(self.warmup):
+                for _ in range(WARMUP_STEPS):
                     optimizer.zero_grad(set_to_none=True)
                     self._step(self.tokens, self.targets, self.state)
             torch.cuda.current_stream().wait_stream(side)

@@ -52,6 +52,18 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def prepare_device(name: str, amp: str) -> torch.device:
+    """The run's device, set up as training and `vdrnn eval` both use it: TF32 products on CUDA (so that
+    evaluating a checkpoint repeats its run's own test numbers), and fp16 refused where it cannot run."""
+    device = resolve_device(name)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    if amp == "fp16" and device.type != "cuda":
+        raise ConfigError("trainer.amp=fp16 needs CUDA; use trainer.amp=bf16 or off on the CPU")
+    return device
+
+
 def make_optimizer(model: torch.nn.Module, trainer: TrainerConfig, averaging: bool = False) -> torch.optim.Optimizer:
     """SGD, Adam, averaged SGD (asgd), or (ntasgd) SGD until ``averaging`` is asked for; weight_decay_mode=l2
     puts the decay in the optimizer."""
@@ -156,13 +168,14 @@ def evaluate_checkpoint(cfg, path: Path, payload: dict[str, Any], load_data: Cal
     checkpoint's model (``build_model(cfg, data, device)``) with the weights its run tested, and the task's test
     metrics (``evaluate_all(model, data, cfg)``). ``cfg``: the checkpoint's config with the command line's evaluation
     settings (:func:`vdrnn.config.eval_config`)."""
-    device = resolve_device(cfg.device)
+    device = prepare_device(cfg.device, cfg.trainer.amp)
     torch.manual_seed(cfg.seed)
     data = load_data(cfg)
     checkpoint.check_vocab(payload, data.vocab, path, "evaluate it on the data it was trained on (data.root)")
     model = build_model(cfg, data, device)
     load_evaluation_weights(model, payload, path)
-    return {**evaluate_all(model, data, cfg), "checkpoint": str(path), "epoch": payload["epoch"]}
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    return {**evaluate_all(model, data, cfg), "checkpoint": str(path), "epoch": payload["epoch"], "device": device_name}
 
 
 class TrainWindow:
@@ -192,9 +205,10 @@ class TrainWindow:
 
 
 # Settings a resumed run may change: how long and how verbosely it runs, where the data and the device are,
-# how it is evaluated, and the knobs that the divergence message suggests (lr, clip, amp). Any other change
-# would make the checkpoint's state belong to another experiment.
-RESUMABLE_CHANGES = ("resume", "checkpoint", "device", "paper", "data.root", "data.eval_batch_size",
+# how it is evaluated, the knobs that the divergence message suggests (lr, clip, amp), and init_from, which only
+# starts a run (a resume restores its own weights). Any other change would make the checkpoint's state belong to
+# another experiment.
+RESUMABLE_CHANGES = ("resume", "checkpoint", "init_from", "device", "paper", "data.root", "data.eval_batch_size",
                      "data.test_batch_size", "model.impl", "trainer.epochs", "trainer.max_minutes", "trainer.progress",
                      "trainer.log_every", "trainer.lr", "trainer.clip", "trainer.amp", "trainer.cuda_graph", "eval")
 
@@ -221,12 +235,7 @@ class EpochTrainer:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.raw_config = raw_config
-        self.device = resolve_device(cfg.device)
-        if self.device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
-        if cfg.trainer.amp == "fp16" and self.device.type != "cuda":
-            raise ConfigError("trainer.amp=fp16 needs CUDA; use trainer.amp=bf16 or off on the CPU")
+        self.device = prepare_device(cfg.device, cfg.trainer.amp)
         torch.manual_seed(cfg.seed)
         self.vocab: list[str] = []
         self.model: torch.nn.Module = self.setup()
@@ -261,7 +270,7 @@ class EpochTrainer:
 
     def summary(self, record: dict[str, Any]) -> str:
         """The per-epoch log line's middle part."""
-        return f"train loss {record['train_loss']:.4f}  valid {self.selector} {record[f'valid_{self.selector}']:.4f}"
+        raise NotImplementedError
 
     def evaluation_weights(self):
         """Context in which the model holds the weights to validate and keep: with ``trainer.ema``, their moving
@@ -418,6 +427,11 @@ class EpochTrainer:
         self.run_seconds = payload.get("run_seconds", self.train_seconds)  # checkpoints from before max_minutes
         log.info("resumed from %s after epoch %d (step %d)", path, self.epoch, self.step)
 
+    @property
+    def resuming(self) -> bool:
+        """Will :meth:`fit` continue from a checkpoint (this folder's last.pt, or ``resume=``)?"""
+        return (self.run_dir / checkpoint.LAST).exists() or bool(self.cfg.resume)
+
     def resume_point(self) -> Path | None:
         """This run folder's own last.pt if it has one, else ``resume=``.
 
@@ -433,8 +447,9 @@ class EpochTrainer:
         return Path(self.cfg.resume) if self.cfg.resume else None
 
     def adopt(self, source: Path) -> None:
-        """Resuming another folder's checkpoint: copy that run's best.pt and per-epoch history here too, so
-        that the final test loads the best weights so far (not this run's last ones) and the curves are whole.
+        """Resuming another folder's checkpoint: copy that run's best.pt and per-epoch history (metrics.jsonl) here
+        too, so that the final test loads the best weights so far (not this run's last ones) and the history is
+        whole. TensorBoard's curves stay in the source folder: this folder's start at the resumed step.
 
         This folder has no last.pt (else the run would continue from it), so a best.pt or history already here is
         an attempt's that died before its first last.pt: the source's replace them, and without one in the source
@@ -565,14 +580,18 @@ class EpochTrainer:
             "epochs": self.epoch,
             "steps": self.step,
             "train_seconds": self.train_seconds,
-            "time_limited": self.time_limit_reached() and self.epoch < self.cfg.trainer.epochs,
+            # Stopped by trainer.max_minutes, not by the epochs, the step cap or early stopping running out first.
+            "time_limited": (self.time_limit_reached() and self.epoch < self.cfg.trainer.epochs
+                             and not self.step_cap_reached() and not self.stopped_early()),
             "wps": sum(r["wps"] for r in records) / len(records) if records else None,
             "device": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
             "smoke": self.is_smoke_run(),
             "paper": self.raw_config.get("paper"),
             "config": self.raw_config,
         })
-        logger.final(metrics, self.step)
+        # One step past the last training step: a rerun of a finished run, or a resume for more epochs, purges
+        # TensorBoard from there (purge_step), so its new test replaces this one instead of adding a second point.
+        logger.final(metrics, self.step + 1)
         return metrics
 
     def is_smoke_run(self) -> bool:

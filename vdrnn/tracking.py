@@ -62,7 +62,10 @@ class RunLogger:
             f.write(json.dumps(record) + "\n")
 
     def final(self, metrics: dict[str, Any], step: int) -> None:
-        self.scalars({tag: metrics[key] for tag, key in self.final_tags.items() if metrics.get(key) is not None}, step)
+        """The final numbers: TensorBoard's test/* scalars at ``step`` (best/* are logged by every epoch already)
+        and metrics.json."""
+        self.scalars({tag: metrics[key] for tag, key in self.final_tags.items()
+                      if metrics.get(key) is not None and not tag.startswith("best/")}, step)
         write_atomically(self.run_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
         self.writer.flush()
 

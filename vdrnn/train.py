@@ -24,6 +24,7 @@ from vdrnn import checkpoint
 from vdrnn.config import RunConfig, from_dict
 from vdrnn.data import ptb
 from vdrnn.dropout import make_dropout
+from vdrnn.errors import DataError
 from vdrnn.evaluate import autocast, exp_or_inf, mc_perplexity, perplexity
 from vdrnn.graphed import GraphedTrainStep
 from vdrnn.model import LanguageModel, detach_state
@@ -39,9 +40,18 @@ def build_model(cfg: RunConfig, vocab_size: int, device: torch.device) -> Langua
 
 def load_corpus(cfg: RunConfig) -> ptb.Corpus:
     corpus = ptb.load(cfg.data.root, cfg.data.allow_custom_corpus)
-    if cfg.data.eval_max_tokens:  # smoke runs only; recorded in metrics.json
-        cap = cfg.data.eval_max_tokens
-        corpus.valid, corpus.test = corpus.valid[:cap], corpus.test[:cap]
+    d = cfg.data
+    if d.eval_max_tokens:  # smoke runs only; recorded in metrics.json
+        corpus.valid, corpus.test = corpus.valid[:d.eval_max_tokens], corpus.test[:d.eval_max_tokens]
+    # Each split is read as `batch` parallel streams; a stream needs two tokens (an input and its target).
+    for split, stream, key, batch in (("training", corpus.train, "batch_size", d.batch_size),
+                                      ("validation", corpus.valid, "eval_batch_size", d.eval_batch_size),
+                                      ("test", corpus.test, "test_batch_size", d.test_batch_size)):
+        if len(stream) < 2 * batch:
+            raise DataError(f"the {split} split has {len(stream)} tokens, too few for data.{key}={batch} streams of "
+                            f"at least 2 tokens: lower data.{key}" + (" or raise data.eval_max_tokens"
+                                                                       if split != "training" and d.eval_max_tokens
+                                                                       else ""))
     return corpus
 
 
@@ -58,7 +68,9 @@ class LanguageModelTrainer(EpochTrainer):
         self.stopped = False  # trainer.stop_nonmono fired
         self._graphed: GraphedTrainStep | None = None  # made on first use, after a resume has loaded
         model = build_model(self.cfg, len(self.vocab), self.device)
-        if self.cfg.init_from:  # weights only: a new run (e.g. AWD's fine-tuning) starts from a trained model
+        # Weights only: a new run (e.g. AWD's fine-tuning) starts from a trained model. A resume restores its own
+        # weights instead, so it must not need the checkpoint it started from (moved or deleted since).
+        if self.cfg.init_from and not self.resuming:
             payload = checkpoint.load(self.cfg.init_from)
             checkpoint.check_vocab(payload, self.vocab, self.cfg.init_from,
                                    "init_from needs a model trained on the same data and data.* settings")
