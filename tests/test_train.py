@@ -137,6 +137,24 @@ def test_too_few_tokens_for_the_batch_is_refused_with_the_key(tmp_path, tiny_cor
         trainer(tmp_path, tiny_corpus, "data.eval_max_tokens=6", "data.eval_batch_size=3", "data.test_batch_size=5")
 
 
+def test_a_larger_time_budget_lets_a_time_limited_run_go_on(tmp_path, tiny_corpus):
+    trainer(tmp_path, tiny_corpus, "trainer.epochs=3", "trainer.max_minutes=1e-6").fit()
+    metrics = trainer(tmp_path, tiny_corpus, "trainer.epochs=3", "trainer.max_minutes=60").fit()
+    assert metrics["epochs"] == 3 and not metrics["time_limited"]
+
+
+def test_a_nan_validation_score_stops_the_run_and_keeps_both_checkpoints(tmp_path, tiny_corpus):
+    from vdrnn.errors import TrainingDiverged
+
+    trainer(tmp_path, tiny_corpus, "trainer.epochs=1").fit()
+    kept = {name: (tmp_path / name).read_bytes() for name in ("last.pt", "best.pt")}
+    t = trainer(tmp_path, tiny_corpus, "trainer.epochs=2")
+    t.validate = lambda: {"ppl": float("nan")}  # finite training loss, diverged validation
+    with pytest.raises(TrainingDiverged, match="diverged in epoch 2: validation ppl is nan.*last good one"):
+        t.fit()
+    assert {name: (tmp_path / name).read_bytes() for name in kept} == kept
+
+
 def test_max_minutes_must_be_positive(tmp_path, tiny_corpus):
     from vdrnn.errors import ConfigError
 
