@@ -447,13 +447,12 @@ class GaussianDropout(VariationalDropout):
     Why this is Kingma's variational dropout. Multiplying the inputs a of a linear map B = (a * xi) W by
     xi ~ N(1, alpha) is the same as sampling each row w_i of W as xi_i * w_i, one noise variable per row (a
     rank-one Gaussian N(w_i, alpha w_i w_i^T), not independent noise per weight): Kingma's variational dropout
-    with correlated weight noise ("variational dropout A", the
-    variational reading of Gaussian dropout on a layer's inputs), a Gaussian posterior q(W) whose mean W is
-    what training learns. Tying the draws over time, as Gal does, makes the
-    noise one sample of the weights per sequence, the same W at every step. Under Kingma's log-uniform prior,
-    -KL(q || p) = const + 0.5 log alpha + c1 alpha + c2 alpha^2 + c3 alpha^3 depends on alpha alone, so with
-    alpha fixed by ``dropout.*`` the KL term is a constant and the objective is the plain likelihood under the
-    noise. ``dropout.learn_alpha=true`` learns alpha instead (Kingma's adaptive variant): see
+    with correlated weight noise ("variational dropout A", the variational reading of Gaussian dropout on a
+    layer's inputs), a Gaussian posterior q(W) whose mean W is what training learns. Tying the draws over time,
+    as Gal does, makes the noise one sample of the weights per sequence, the same W at every step. Under
+    Kingma's log-uniform prior, -KL(q || p) = const + 0.5 log alpha + c1 alpha + c2 alpha^2 + c3 alpha^3 depends
+    on alpha alone, so with alpha fixed by ``dropout.*`` the KL term is a constant and the objective is the plain
+    likelihood under the noise. ``dropout.learn_alpha=true`` learns alpha instead (Kingma's adaptive variant): see
     :class:`NoiseScales` for its parameters, masks and objective.
 
     Kingma's other form, independent weight noise sampled through the local reparameterization trick

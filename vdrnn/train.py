@@ -48,10 +48,10 @@ def load_corpus(cfg: RunConfig) -> ptb.Corpus:
                                       ("validation", corpus.valid, "eval_batch_size", d.eval_batch_size),
                                       ("test", corpus.test, "test_batch_size", d.test_batch_size)):
         if len(stream) < 2 * batch:
+            fix = f"lower data.{key}" + (" or raise data.eval_max_tokens" if d.eval_max_tokens and key != "batch_size"
+                                         else "")
             raise DataError(f"the {split} split has {len(stream)} tokens, too few for data.{key}={batch} streams of "
-                            f"at least 2 tokens: lower data.{key}" + (" or raise data.eval_max_tokens"
-                                                                       if split != "training" and d.eval_max_tokens
-                                                                       else ""))
+                            f"at least 2 tokens: {fix}")
     return corpus
 
 
