@@ -458,6 +458,7 @@ def test_an_interrupted_sentiment_run_resumes_to_the_uninterrupted_numbers(fake_
     straight = train("straight", 3)
     train("resumed", 1)
     resumed = train("resumed", 3)
+
     def untimed(folder):  # every per-epoch record but its speed
         return [{k: v for k, v in r.items() if k not in ("wps", "epoch_seconds")} for r in history(tmp_path / folder)]
 
