@@ -98,6 +98,7 @@ def test_eval_command_reproduces_the_weight_scaling_numbers(ptb_run, ptb_dir):
     # eval.json says what it ran: the run's settings with the command line's evaluation mode and data cap
     assert evaluated["config"]["eval"]["mode"] == "scale" and evaluated["config"]["data"]["eval_max_tokens"] == 1500
     assert evaluated["config"]["model"] == trained["config"]["model"] and evaluated["device"]
+    assert evaluated["smoke"]  # capped validation and test data: not a result to report
 
 
 def test_multirun_sweep_makes_one_named_run_per_job(tmp_path, tiny_corpus):

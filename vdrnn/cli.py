@@ -92,8 +92,10 @@ def eval_command(cfg: DictConfig) -> None:
         given = {override.split("=", 1)[0].lstrip("+~") for override in HydraConfig.get().overrides.task}
         run_raw = eval_config(raw, payload["config"], given)
         metrics = task(payload["config"]["data"]["name"]).evaluate(run_raw, path, payload)
-        # What it ran: the checkpoint's settings with the command line's (eval.*, amp, batch sizes, and any data
-        # cap a smoke run's checkpoint brings along), as metrics.json records a training run's.
+        # What it ran: the checkpoint's settings with the command line's (eval.*, amp, batch sizes), as metrics.json
+        # records a training run's; "smoke" marks numbers from capped data, which a smoke run's checkpoint brings.
+        data = run_raw["data"]
+        metrics["smoke"] = data.get("eval_max_tokens") is not None or data.get("limit") is not None
         metrics["config"] = run_raw
     except VdrnnError as err:
         _fail(err)
