@@ -457,7 +457,7 @@ def test_kl_is_kingmas_fit_weighted_by_the_weights_each_noise_variable_scales():
 def test_clamp_keeps_alpha_at_most_one_and_weight_decay_leaves_alpha_alone():
     from vdrnn.config import TrainerConfig
     from vdrnn.dropout import weights_of
-    from vdrnn.runner import finish_update, make_optimizer
+    from vdrnn.optim import finish_update, make_optimizer
 
     model = learned_model(input=0.2, recurrent=0.3)
     scales = model.noise_scales

@@ -178,7 +178,7 @@ def test_a_checkpoint_of_another_vocabulary_is_refused_to_start_from_and_to_resu
 
 
 def test_weight_average_is_the_bias_corrected_exponential_average_of_the_iterates():
-    from vdrnn.runner import WeightAverage
+    from vdrnn.optim import WeightAverage
 
     w = torch.nn.Parameter(torch.zeros(3))
     average, decay, seen = WeightAverage([w], decay=0.9), 0.9, []

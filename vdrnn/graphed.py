@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from vdrnn.dropout import weights_of
 from vdrnn.model import LanguageModel, State
-from vdrnn.runner import finish_update
+from vdrnn.optim import finish_update
 
 WARMUP_STEPS = 3  # eager steps before the first capture (see _capture)
 

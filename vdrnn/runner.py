@@ -20,7 +20,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,10 @@ import torch
 from tqdm import tqdm
 
 from vdrnn import checkpoint
-from vdrnn.config import TrainerConfig, key_among
-from vdrnn.dropout import NoiseScales, weights_of
+from vdrnn.config import key_among
+from vdrnn.dropout import weights_of
 from vdrnn.errors import CheckpointError, ConfigError, TrainingDiverged
+from vdrnn.optim import WeightAverage, finish_update, make_optimizer, swapped_weights
 from vdrnn.tracking import RunLogger, flatten, read_jsonl, write_atomically
 
 log = logging.getLogger("vdrnn")
@@ -64,32 +65,6 @@ def prepare_device(name: str, amp: str) -> torch.device:
     return device
 
 
-def make_optimizer(model: torch.nn.Module, trainer: TrainerConfig, averaging: bool = False) -> torch.optim.Optimizer:
-    """SGD, Adam, averaged SGD (asgd), or (ntasgd) SGD until ``averaging`` is asked for; weight_decay_mode=l2
-    puts the decay in the optimizer."""
-    l2 = trainer.weight_decay if trainer.weight_decay_mode == "l2" else 0.0
-    params = model.parameters()
-    noise = getattr(model, "noise_scales", None)
-    if l2 > 0 and noise is not None:  # log alpha is no weight: no decay on it
-        params = [{"params": weights_of(model)}, {"params": list(noise.parameters()), "weight_decay": 0.0}]
-    if trainer.optimizer == "adam":
-        return torch.optim.Adam(params, lr=trainer.lr, weight_decay=l2)
-    if averaging or trainer.optimizer == "asgd":  # Merity et al.'s ASGD: averages from its start (t0=0), lambd=0
-        return torch.optim.ASGD(params, lr=trainer.lr, t0=0, lambd=0.0, weight_decay=l2)
-    return torch.optim.SGD(params, lr=trainer.lr, weight_decay=l2)
-
-
-@torch.no_grad()
-def finish_update(weights: list[torch.nn.Parameter], decay: float, noise_scales: NoiseScales | None) -> None:
-    """What follows every optimizer step, eager (EpochTrainer.optimizer_step) or graphed (GraphedTrainStep): Gal's
-    decay w <- w - decay * w, independent of the learning rate, on ``weights`` (``weights_of``: log alpha is no
-    weight), then learned dropout variances projected back onto alpha <= 1."""
-    if decay > 0:
-        torch._foreach_mul_(weights, 1.0 - decay)  # p.mul_(1 - decay) for all, one launch
-    if noise_scales is not None:
-        noise_scales.clamp_()
-
-
 def rng_state(device: torch.device) -> dict[str, Any]:
     state = {"cpu": torch.get_rng_state()}
     if device.type == "cuda":
@@ -101,45 +76,6 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     torch.set_rng_state(state["cpu"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], device)
-
-
-class WeightAverage:
-    """An exponential moving average of the parameters, updated after every optimizer step (Polyak
-    averaging over a window of about 1 / (1 - decay) steps). With Adam and heavy dropout the weights jitter
-    from step to step; the average is a smoother point to validate, keep and test, as AWD's averaged SGD is
-    for SGD.
-
-    The running sums start at zero and are divided by 1 - decay**steps when read (Adam's bias correction),
-    so after n steps the average is sum_i decay**(n-i) w_i / sum_i decay**(n-i) over the n iterates seen,
-    with no pull towards the initial weights. Every optimizer step counts, also one that fp16 loss scaling
-    skipped (its unchanged weights enter again): telling them apart would cost a host sync per step.
-    """
-
-    def __init__(self, params: list[torch.nn.Parameter], decay: float):
-        self.params, self.decay = params, decay
-        self.sums = [torch.zeros_like(p) for p in params]
-        self.steps = 0
-
-    @torch.no_grad()
-    def update(self) -> None:
-        # sums <- decay * sums + (1 - decay) * w
-        torch._foreach_lerp_(self.sums, self.params, 1.0 - self.decay)
-        self.steps += 1
-
-    def averages(self) -> list[torch.Tensor]:
-        if self.steps == 0:
-            return [p.detach() for p in self.params]
-        correction = 1.0 - self.decay ** self.steps
-        return [s / correction for s in self.sums]
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"sums": self.sums, "steps": self.steps}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.steps = state["steps"]
-        with torch.no_grad():
-            for mine, saved in zip(self.sums, state["sums"], strict=True):
-                mine.copy_(saved)
 
 
 def load_evaluation_weights(model: torch.nn.Module, payload: dict[str, Any], path: Path) -> None:
@@ -596,18 +532,3 @@ class EpochTrainer:
 
     def is_smoke_run(self) -> bool:
         return self.cfg.trainer.max_steps is not None
-
-
-@contextmanager
-def swapped_weights(params: list[torch.nn.Parameter], values: list[torch.Tensor]):
-    """Temporarily copy ``values`` into ``params`` (in place, so the parameters keep their identity)."""
-    saved = [p.detach().clone() for p in params]
-    with torch.no_grad():
-        for p, v in zip(params, values, strict=True):
-            p.copy_(v)
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for p, v in zip(params, saved, strict=True):
-                p.copy_(v)

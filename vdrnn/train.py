@@ -28,7 +28,8 @@ from vdrnn.errors import DataError
 from vdrnn.evaluate import autocast, exp_or_inf, mc_perplexity, perplexity
 from vdrnn.graphed import GraphedTrainStep
 from vdrnn.model import LanguageModel, detach_state
-from vdrnn.runner import EpochTrainer, evaluate_checkpoint, make_optimizer, swapped_weights
+from vdrnn.optim import make_optimizer, swapped_weights
+from vdrnn.runner import EpochTrainer, evaluate_checkpoint
 from vdrnn.tracking import RunLogger
 
 log = logging.getLogger("vdrnn")
