@@ -29,6 +29,19 @@ def test_perplexity_matches_a_direct_computation():
     assert abs(perplexity(model, stream, batch_size=1, bptt=7) - math.exp(nll.item())) < 1e-4
 
 
+def test_parallel_streams_each_carry_their_own_state_over_the_minibatches():
+    """batch_size 4, bptt 5: the validation layout (one column per stream, state carried between minibatches) scores
+    what one call over every column does."""
+    from vdrnn.data.ptb import batchify
+
+    model = model_with("none")
+    stream = torch.randint(0, V, (50,))
+    columns = batchify(stream, 4)  # [12, 4]: 48 tokens, the last 2 dropped
+    logits, _ = model(columns[:-1], model.initial_state(4, "cpu"))
+    nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), columns[1:].flatten())  # 44 targets
+    assert perplexity(model, stream, batch_size=4, bptt=5) == pytest.approx(math.exp(nll.item()), rel=1e-5)
+
+
 def test_mc_without_dropout_equals_weight_scaling():
     model = model_with("none")
     stream = torch.randint(0, V, (60,))
@@ -128,13 +141,28 @@ def test_mc_perplexity_is_the_average_probability_over_the_same_seeded_masks(tra
     assert mc_perplexity(trained, COUNTING, samples=6, batch=4, bptt=7) != got  # unseeded: other masks
 
 
+@pytest.mark.parametrize("scheme, p", [
+    ("moon", {"cell": 0.5, "embedding": 0.2}),
+    ("gaussian", {"embedding": 0.2, "input": 0.3, "recurrent": 0.3, "output": 0.3}),
+    ("gaussian", {"input": 0.3, "recurrent": 0.3, "output": 0.3, "learn_alpha": True}),
+    ("variational", {"input": 0.3, "recurrent": 0.3, "per_gate": True}),
+], ids=["moon", "gaussian", "gaussian-learned", "untied"])
+def test_every_schemes_stream_masks_are_one_draw_per_sample_for_the_whole_stream(scheme, p):
+    """Nine minibatches of 7 tokens and a single call over the stream see the same masks (what each scheme draws)."""
+    model = model_with(scheme, **p)
+    torch.manual_seed(3)
+    got = mc_perplexity(model, COUNTING, samples=5, batch=3, bptt=7, word_dropout=True)
+    torch.manual_seed(3)
+    assert got == pytest.approx(mc_reference(model, COUNTING, samples=5, batch=3, word_dropout=True), rel=1e-6)
+
+
 def test_mc_word_dropout_drops_word_types_when_asked(trained):
-    # One minibatch (bptt >= stream): word-type masks are drawn per forward call, so the reference's single call
-    # draws what mc_perplexity draws.
+    # Nine minibatches: each sample keeps its word-type draws for the whole stream, as the reference's single
+    # call does.
     results = {}
     for word_dropout in (False, True):
         torch.manual_seed(2)
-        results[word_dropout] = mc_perplexity(trained, COUNTING, samples=4, batch=4, bptt=len(COUNTING),
+        results[word_dropout] = mc_perplexity(trained, COUNTING, samples=4, batch=4, bptt=7,
                                               word_dropout=word_dropout)
         torch.manual_seed(2)
         assert results[word_dropout] == pytest.approx(
@@ -142,15 +170,18 @@ def test_mc_word_dropout_drops_word_types_when_asked(trained):
     assert abs(math.log(results[True]) - math.log(results[False])) > 1e-3  # measured: 0.029 (2.40 vs 2.47)
 
 
-def test_stream_masks_are_kept_for_the_whole_stream_as_gals_mc_test():
-    """With masks="stream" the chunking of the stream cannot matter: one mask per sample for all of it."""
-    model = model_with("variational", input=0.3, recurrent=0.3, output=0.3)
+@pytest.mark.parametrize("word_dropout", [False, True])
+def test_stream_masks_are_kept_for_the_whole_stream_as_gals_mc_test(word_dropout):
+    """With masks="stream" the chunking of the stream cannot matter: one mask per sample for all of it, and with
+    word-type dropout on, one draw per word type per sample."""
+    model = model_with("variational", embedding=0.3, input=0.3, recurrent=0.3, output=0.3)
     stream = torch.randint(0, V, (60,))
     results = {}
     for masks in ("stream", "minibatch"):
         for bptt in (7, 59):
             torch.manual_seed(5)
-            results[masks, bptt] = mc_perplexity(model, stream, samples=4, batch=4, bptt=bptt, masks=masks)
+            results[masks, bptt] = mc_perplexity(model, stream, samples=4, batch=4, bptt=bptt, masks=masks,
+                                                 word_dropout=word_dropout)
     assert abs(results["stream", 7] - results["stream", 59]) < 1e-9
     assert abs(results["minibatch", 7] - results["minibatch", 59]) > 1e-6  # redrawn every 7 tokens
 
@@ -158,6 +189,7 @@ def test_stream_masks_are_kept_for_the_whole_stream_as_gals_mc_test():
 def test_frozen_masks_keep_locked_masks_but_not_zaremba_fresh_ones():
     tokens = torch.randint(0, V, (5, 3))
     for scheme, p, kept in (("variational", {"input": 0.5, "recurrent": 0.5}, True),
+                            ("variational", {"embedding": 0.5}, True),  # word types: one table per stream
                             ("zaremba", {"input": 0.5}, False)):
         model = model_with(scheme, **p)
         state = model.initial_state(3, "cpu")

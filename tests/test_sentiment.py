@@ -299,9 +299,9 @@ def test_mc_averages_probabilities_not_logits(reviews, samples, per_pass, batch_
     assert got.shape == (reviews, 2) and fake.draws == {i: samples for i in range(reviews)}
     for i in range(reviews):
         draws = [sample_logits(i, s) for s in range(samples)]
-        expected = sum(logits.softmax(0) for logits in draws) / samples
+        expected = sum(logits.double().softmax(0) for logits in draws) / samples
         assert torch.allclose(got[i], expected, atol=1e-6), f"review {i}: {got[i]} != {expected}"
-        assert not torch.allclose(got[i], (sum(draws) / samples).softmax(0), atol=1e-3)  # not the mean logit
+        assert not torch.allclose(got[i], (sum(draws) / samples).double().softmax(0), atol=1e-3)  # not the mean logit
 
 
 @pytest.mark.parametrize("raw_change,message", [
@@ -465,3 +465,12 @@ def test_an_interrupted_sentiment_run_resumes_to_the_uninterrupted_numbers(fake_
     assert untimed("resumed") == untimed("straight") and len(untimed("resumed")) == 3
     for key in ("test_accuracy", "test_nll", "test_accuracy_mc", "test_nll_mc", "best_valid_nll"):
         assert resumed[key] == straight[key], key
+
+
+def test_a_confident_mistake_costs_its_log_probability_not_the_clamp():
+    """A class 110 logits behind has probability e^-110: in fp32 that rounds to 0 and the NLL would be the clamp's
+    708 nats."""
+    from vdrnn.sentiment.predict import readout
+
+    probs = readout(torch.tensor([[110.0, 0.0]]), CLASSIFICATION)
+    assert classification_metrics(probs, torch.tensor([1]))["nll"] == pytest.approx(110.0, rel=1e-9)

@@ -280,9 +280,13 @@ class DropoutScheme:
     # masks drawn fresh at every step (Zaremba) cannot.
     locked = True
 
-    def word_type_mask(self, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor | None:
-        """Mask [T, B, 1] for the embeddings of ``tokens`` [T, B], or None."""
+    def word_type_table(self, batch: int, vocab_size: int, like: torch.Tensor) -> torch.Tensor | None:
+        """One draw per word type: [B, V] (per sequence) or [1, V] (shared by the batch), or None."""
         return None
+
+    def word_type_mask(self, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor | None:
+        """Mask [T, B, 1] for the embeddings of ``tokens`` [T, B] from a fresh table, or None."""
+        return words_of(self.word_type_table(tokens.shape[1], vocab_size, tokens), tokens)
 
     def shares_draws_across_batch(self, word_dropout: bool) -> bool:
         """Does one draw serve every sequence of a forward pass: AWD's weight drop (one W_hh mask per
@@ -292,9 +296,10 @@ class DropoutScheme:
         return (c.weight > 0 or c.locked_mask == "batch"
                 or (word_dropout and c.embedding > 0 and c.embedding_mask == "batch"))
 
-    def drop_words(self, embedded: torch.Tensor, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
-        """The embeddings ``embedded`` [T, B, E] of ``tokens`` with this minibatch's word-type mask applied."""
-        mask = self.word_type_mask(tokens, vocab_size)
+    def drop_words(self, embedded: torch.Tensor, tokens: torch.Tensor, table: torch.Tensor | None) -> torch.Tensor:
+        """The embeddings ``embedded`` [T, B, E] of ``tokens`` times their word types' entries of ``table`` (from
+        :meth:`word_type_table`; None: unchanged)."""
+        mask = words_of(table, tokens)
         return embedded if mask is None else embedded * mask
 
     def layer_masks(self, x: torch.Tensor, hidden_size: int, gates: int, layer: int = 0) -> LayerMasks:
@@ -311,17 +316,21 @@ class DropoutScheme:
         return None
 
 
-def _word_type_mask(tokens: torch.Tensor, vocab_size: int, p: float, granularity: str,
-                    noise: Noise = bernoulli_mask) -> torch.Tensor | None:
+def _word_type_table(batch: int, vocab_size: int, p: float, granularity: str, like: torch.Tensor,
+                     noise: Noise = bernoulli_mask) -> torch.Tensor | None:
     # One draw per (sequence, word type): every occurrence of a word in a sequence is dropped (or scaled)
     # together (Gal sec. 4.1, and the fix in Gal's README that tied masks per word). With granularity
     # "batch" one draw per word type serves every sequence of the minibatch (AWD).
     if p == 0:
         return None
-    if granularity == "batch":
-        return noise((vocab_size,), p, tokens)[tokens].unsqueeze(-1)  # [T, B, 1]
-    per_type = noise((tokens.shape[1], vocab_size), p, tokens)  # [B, V]
-    return per_type.gather(1, tokens.t()).t().unsqueeze(-1)  # [T, B, 1]
+    return noise((batch if granularity == "sample" else 1, vocab_size), p, like)  # [B, V] or [1, V]
+
+
+def words_of(table: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor | None:
+    """The word-type mask [T, B, 1] of ``tokens`` [T, B]: each token's entry in its sequence's row of ``table``."""
+    if table is None:
+        return None
+    return table.expand(tokens.shape[1], -1).gather(1, tokens.t()).t().unsqueeze(-1)
 
 
 def _locked_rows(like: torch.Tensor, granularity: str) -> int:
@@ -381,8 +390,8 @@ class MoonDropout(DropoutScheme):
     ``dropout.embedding`` adds Gal's word-type embedding dropout ("Moon et al. + emb dropout" row).
     """
 
-    def word_type_mask(self, tokens, vocab_size):
-        return _word_type_mask(tokens, vocab_size, self.config.embedding, self.config.embedding_mask)
+    def word_type_table(self, batch, vocab_size, like):
+        return _word_type_table(batch, vocab_size, self.config.embedding, self.config.embedding_mask, like)
 
     def layer_masks(self, x, hidden_size, gates, layer=0):
         p = self.config.cell
@@ -412,8 +421,8 @@ class VariationalDropout(DropoutScheme):
 
     noise: Noise = staticmethod(bernoulli_mask)  # what one mask entry is; GaussianDropout changes only this
 
-    def word_type_mask(self, tokens, vocab_size):
-        return _word_type_mask(tokens, vocab_size, self.config.embedding, self.config.embedding_mask, self.noise)
+    def word_type_table(self, batch, vocab_size, like):
+        return _word_type_table(batch, vocab_size, self.config.embedding, self.config.embedding_mask, like, self.noise)
 
     def layer_masks(self, x, hidden_size, gates, layer=0):
         cfg = self.config

@@ -144,8 +144,8 @@ class LanguageModel(nn.Module):
     def frozen_masks(self):
         """Within this context the masks fixed over time (every scheme's but Zaremba's fresh-per-step ones)
         are drawn once, at the first stochastic call, and reused by every later call: one mask per sample
-        for a whole stream read in many minibatches, as Gal's MC test (``eval.mc_masks=stream``).
-        Word-type masks depend on the tokens and are still drawn per call."""
+        for a whole stream read in many minibatches, as Gal's MC test (``eval.mc_masks=stream``). Word-type
+        dropout too, with ``word_dropout=True``: each sample keeps one draw per word type for the stream."""
         self._frozen = {}
         try:
             yield
@@ -183,7 +183,8 @@ class LanguageModel(nn.Module):
         stochastic = self.training if stochastic is None else stochastic
         x = self.embedding(tokens)
         if stochastic and word_dropout:
-            x = self.dropout.drop_words(x, tokens, self.vocab_size)
+            table = self._masks("words", self.dropout.word_type_table, tokens.shape[1], self.vocab_size, tokens)
+            x = self.dropout.drop_words(x, tokens, table)
         new_state = []
         for index, (layer, layer_state) in enumerate(zip(self.layers, state, strict=True)):
             masks = self._masks(index, self.dropout.layer_masks, x, layer.hidden_size, layer.gates, index) \

@@ -53,7 +53,8 @@ class SentimentModel(nn.Module):
         stochastic = self.training if stochastic is None else stochastic
         x = self.embedding(tokens)
         if stochastic and word_dropout:
-            x = self.dropout.drop_words(x, tokens, self.vocab_size)
+            table = self.dropout.word_type_table(tokens.shape[1], self.vocab_size, tokens)
+            x = self.dropout.drop_words(x, tokens, table)
         batch = tokens.shape[1]
         for index, layer in enumerate(self.layers):
             masks = self.dropout.layer_masks(x, layer.hidden_size, layer.gates, index) if stochastic else None

@@ -25,8 +25,11 @@ from vdrnn.sentiment.model import SentimentModel
 
 
 def readout(outputs: torch.Tensor, kind: str) -> torch.Tensor:
-    """Model outputs [N, C] -> what is averaged over MC samples: probabilities [N, C] or predictions [N]."""
-    return outputs.float().softmax(dim=-1) if kind == CLASSIFICATION else outputs.float().squeeze(-1)
+    """Model outputs [N, C] -> what is averaged over MC samples: probabilities [N, C] or predictions [N].
+
+    In float64: an fp32 softmax rounds the probability of a class 104 logits behind to exactly 0, and a
+    confident mistake would then cost the clamp's 708 nats of NLL instead of its ~104."""
+    return outputs.double().softmax(dim=-1) if kind == CLASSIFICATION else outputs.double().squeeze(-1)
 
 
 @torch.no_grad()
