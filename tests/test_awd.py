@@ -11,7 +11,7 @@ import torch
 from conftest import TINY, history, run_cli
 
 from vdrnn.data import ptb
-from vdrnn.dropout import DropoutConfig, make_dropout
+from vdrnn.dropout import DropoutConfig, make_dropout, words_of
 from vdrnn.model import LanguageModel, ModelConfig
 
 V, B, T = 30, 5, 8
@@ -98,7 +98,7 @@ def test_weight_drop_trains_through_cudnn_on_the_gpu():
 def test_embedding_mask_per_batch_and_locked_masks_per_sample():
     scheme = make_dropout(DropoutConfig(scheme="awd", embedding=0.5, input=0.5, embedding_mask="batch"))
     tokens = torch.randint(0, 3, (40, B))
-    mask = scheme.word_type_mask(tokens, 3)
+    mask = words_of(scheme.word_type_table(tokens.shape[1], 3, tokens), tokens)
     for word in range(3):  # one draw per word type, shared by every sequence of the batch
         assert mask[tokens == word].unique().numel() == 1
     locked = scheme.layer_masks(torch.randn(T, B, 6), 12, 4, 0).x

@@ -7,7 +7,15 @@ import math
 import pytest
 import torch
 
-from vdrnn.dropout import DropoutConfig, LayerMasks, NoiseScales, bernoulli_mask, gaussian_mask, make_dropout
+from vdrnn.dropout import (
+    DropoutConfig,
+    LayerMasks,
+    NoiseScales,
+    bernoulli_mask,
+    gaussian_mask,
+    make_dropout,
+    words_of,
+)
 from vdrnn.errors import ConfigError
 from vdrnn.model import LanguageModel, ModelConfig
 from vdrnn.recurrent import GATES, LSTMLayer, masked_linear
@@ -21,6 +29,11 @@ def scheme(name, **p):
 
 def x_input():
     return torch.randn(T, B, D)
+
+
+def word_mask(dropout, tokens, vocab_size):
+    """The [T, B, 1] word-type mask of ``tokens`` from a fresh table of ``dropout``."""
+    return words_of(dropout.word_type_table(tokens.shape[1], vocab_size, tokens), tokens)
 
 
 def test_bernoulli_mask_is_inverted_dropout():
@@ -140,7 +153,7 @@ def test_untied_with_equal_gate_masks_equals_tied():
 def test_word_type_dropout_drops_every_occurrence_of_a_word_in_a_sequence():
     torch.manual_seed(0)
     tokens = torch.randint(0, 4, (50, B))  # 4 word types: every type repeats many times per column
-    mask = scheme("variational", embedding=0.5).word_type_mask(tokens, V)
+    mask = word_mask(scheme("variational", embedding=0.5), tokens, V)
     assert mask.shape == (50, B, 1)
     for b in range(B):
         for word in tokens[:, b].unique():
@@ -159,7 +172,7 @@ def test_expectation_preserved_for_every_site():
     for mask in (m.x, m.h, s.output_mask(big)):
         assert mask.mean().item() == pytest.approx(1.0, abs=0.02)
     tokens = torch.randint(0, 100, (3, 20000))
-    assert s.word_type_mask(tokens, 100).mean().item() == pytest.approx(1.0, abs=0.03)
+    assert word_mask(s, tokens, 100).mean().item() == pytest.approx(1.0, abs=0.03)
 
 
 # ---------------------------------------------------------------------------- Kingma, Gaussian
@@ -185,7 +198,7 @@ def test_gaussian_masks_sit_where_gals_do_per_sample_fixed_over_time_with_each_s
     out = s.output_mask(big)
     assert out.shape == (1, 20000, D)  # one draw per sample, broadcast over every step
     tokens = torch.randint(0, 50, (T, 20000))
-    words = s.word_type_mask(tokens, 50)
+    words = word_mask(s, tokens, 50)
     assert all(words[tokens[:, b] == w, b].unique().numel() == 1 for b in range(3) for w in tokens[:, b].unique())
     variance = {name: m.var().item() for name, m in
                 (("x", first.x), ("h", first.h), ("x2", second.x), ("out", out), ("words", words[0]))}
@@ -341,7 +354,7 @@ def test_mask_granularity_batch_is_accepted_and_used_by_the_schemes_that_draw_th
         assert dropout.layer_masks(x_input(), H, GATES).x.shape == (1, D)
     else:  # one draw per word type, shared by every sequence of the batch
         tokens = torch.randint(V, (T, B))
-        mask = dropout.word_type_mask(tokens, V)
+        mask = word_mask(dropout, tokens, V)
         assert all(mask[tokens == w].unique().numel() == 1 for w in tokens.unique())
 
 

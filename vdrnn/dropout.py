@@ -284,10 +284,6 @@ class DropoutScheme:
         """One draw per word type: [B, V] (per sequence) or [1, V] (shared by the batch), or None."""
         return None
 
-    def word_type_mask(self, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor | None:
-        """Mask [T, B, 1] for the embeddings of ``tokens`` [T, B] from a fresh table, or None."""
-        return words_of(self.word_type_table(tokens.shape[1], vocab_size, tokens), tokens)
-
     def shares_draws_across_batch(self, word_dropout: bool) -> bool:
         """Does one draw serve every sequence of a forward pass: AWD's weight drop (one W_hh mask per
         minibatch), ``locked_mask=batch``, or ``embedding_mask=batch`` with word-type dropout on? Then the

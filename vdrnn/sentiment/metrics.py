@@ -52,7 +52,8 @@ def ece_floor(probs: torch.Tensor, bins: int = ECE_BINS, draws: int = 200, seed:
 
     Such a predictor is right with probability equal to its confidence; drawing "right" that way
     ``draws`` times and scoring each draw gives the ECE that sampling alone produces (about 0.004 for
-    the tuned IMDB models' confidences on the 25,000 test reviews). A measured ECE near it is as calibrated as N examples can show.
+    the tuned IMDB models' confidences on the 25,000 test reviews). A measured ECE near it is as calibrated
+    as N examples can show.
     """
     confidence = probs.max(dim=1).values.double().cpu()
     generator = torch.Generator().manual_seed(seed)
