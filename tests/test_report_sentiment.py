@@ -24,6 +24,13 @@ def fake_run(folder, dataset, cell, scheme, gates, seed, accuracy, p=None, train
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in epochs))
 
 
+def imdb_rows(tmp_path) -> list[dict[str, str]]:
+    """`vdrnn report` on tmp_path/runs, and the rows of the IMDB table it writes (as test_report.ptb_rows)."""
+    report.write_report([tmp_path / "runs"], tmp_path / "out")
+    with open(tmp_path / "out" / "imdb_table.csv") as f:
+        return list(csv.DictReader(f))
+
+
 def test_sentiment_tables_group_cells_schemes_and_seeds(tmp_path):
     runs = tmp_path / "runs"
     for seed, acc in ((1, 0.85), (2, 0.87)):
@@ -75,9 +82,7 @@ def test_sentiment_rows_that_differ_in_dropout_stay_apart(tmp_path):
     runs = tmp_path / "runs"
     fake_run(runs / "a", "imdb", "lstm", "variational", "tied", 1, 0.85, p=0.5)
     fake_run(runs / "b", "imdb", "lstm", "variational", "tied", 1, 0.88, p=0.25)
-    report.write_report([runs], tmp_path / "out")
-    with open(tmp_path / "out" / "imdb_table.csv") as f:
-        rows = [(r["dropout"], r["accuracy (%)"]) for r in csv.DictReader(f)]
+    rows = [(r["dropout"], r["accuracy (%)"]) for r in imdb_rows(tmp_path)]
     assert rows == [("in 0.25, h 0.25", "88.00"), ("in 0.5, h 0.5", "85.00")]
 
 
@@ -95,9 +100,7 @@ def test_runs_that_differ_in_another_setting_are_rows_named_by_it(tmp_path):
     assert "data.max_length" not in report.base_settings()  # else this would not test what it says
     # A number given on the command line (clip=5) and the same number from a preset (clip: 5.0) are one setting.
     fake_run(runs / "cli", "imdb", "gru", "variational", "tied", 3, 0.86, trainer={"epochs": 20.0})
-    report.write_report([runs], tmp_path / "out")
-    with open(tmp_path / "out" / "imdb_table.csv") as f:
-        rows = [(r["row"], r["seeds"]) for r in csv.DictReader(f)]
+    rows = [(r["row"], r["seeds"]) for r in imdb_rows(tmp_path)]
     assert rows == [("LSTM · variational [trainer.epochs=20]", "1"), ("LSTM · variational [trainer.epochs=40]", "2"),
                     ("GRU · variational", "3")]
 
@@ -110,9 +113,7 @@ def test_the_overrides_column_names_what_the_command_line_changed_beyond_the_pre
         "- experiment=imdb_lstm_variational\n- seed=2\n- trainer.epochs=40\n- dropout.input=0.25\n"
         "- trainer.progress=false\n- data.max_length=400\n")
     fake_run(runs / "b", "imdb", "gru", "variational", "tied", 1, 0.85)  # no record of its command line
-    report.write_report([runs], tmp_path / "out")
-    with open(tmp_path / "out" / "imdb_table.csv") as f:
-        rows = [(r["row"], r["overrides"]) for r in csv.DictReader(f)]
+    rows = [(r["row"], r["overrides"]) for r in imdb_rows(tmp_path)]
     assert rows == [("LSTM · variational", "trainer.epochs=40, data.max_length=400"), ("GRU · variational", "–")]
 
 
@@ -122,9 +123,7 @@ def test_the_overrides_column_lists_the_overrides_of_every_seed(tmp_path):
         fake_run(runs / f"s{seed}", "imdb", "gru", "variational", "tied", seed, 0.88)
         (runs / f"s{seed}" / "overrides.yaml").write_text(
             f"- experiment=imdb_gru_variational\n- trainer.epochs=40\n- trainer.max_minutes={minutes}\n- seed={seed}\n")
-    report.write_report([runs], tmp_path / "out")
-    with open(tmp_path / "out" / "imdb_table.csv") as f:
-        [row] = csv.DictReader(f)
+    [row] = imdb_rows(tmp_path)
     assert row["seeds"] == "2"
     assert row["overrides"] == "trainer.epochs=40, trainer.max_minutes=13 (seed 1), trainer.max_minutes=14 (seed 2)"
 
@@ -150,9 +149,7 @@ def test_a_run_from_before_an_option_existed_counts_as_run_with_its_default(tmp_
         metrics = json.loads(path.read_text())
         metrics["config"]["dropout"] = dropout  # "old" logged no cell_scale: it ran with the default, h
         path.write_text(json.dumps(metrics))
-    report.write_report([runs], tmp_path / "out")
-    with open(tmp_path / "out" / "imdb_table.csv") as f:
-        rows = [(r["row"], r["seeds"]) for r in csv.DictReader(f)]
+    rows = [(r["row"], r["seeds"]) for r in imdb_rows(tmp_path)]
     assert sorted(rows) == [("LSTM · moon [dropout.cell_scale=c]", "1"), ("LSTM · moon [dropout.cell_scale=h]", "2")]
 
 
@@ -160,9 +157,7 @@ def test_sentiment_runs_that_differ_only_in_evaluation_batch_size_are_seeds_of_o
     runs = tmp_path / "runs"
     fake_run(runs / "a", "imdb", "lstm", "variational", "tied", 1, 0.86, data={"eval_batch_size": 1000})
     fake_run(runs / "b", "imdb", "lstm", "variational", "tied", 2, 0.88, data={"eval_batch_size": 500})
-    report.write_report([runs], tmp_path / "out")
-    with open(tmp_path / "out" / "imdb_table.csv") as f:
-        rows = [(r["seeds"], r["accuracy (%)"]) for r in csv.DictReader(f)]
+    rows = [(r["seeds"], r["accuracy (%)"]) for r in imdb_rows(tmp_path)]
     assert rows == [("2", "87.00 ± 1.41")]
     # A language model's evaluation batch cuts the text into other streams: there it is a setting.
     lm = {"data": {"name": "ptb", "eval_batch_size": 10}}
@@ -191,9 +186,7 @@ def test_a_run_joins_a_row_only_if_it_is_the_same_experiment_as_every_run_there(
     fake_run(runs / "b_200", "imdb", "lstm", "variational", "tied", 2, 0.86, data={"max_length": 200})
     fake_run(runs / "c_400", "imdb", "lstm", "variational", "tied", 3, 0.88, data={"max_length": 400})
     assert "data.max_length" not in report.base_settings()  # else the old run would have it at its default
-    report.write_report([runs], tmp_path / "out")
-    with open(tmp_path / "out" / "imdb_table.csv") as f:
-        rows = [(r["row"], r["seeds"]) for r in csv.DictReader(f)]
+    rows = [(r["row"], r["seeds"]) for r in imdb_rows(tmp_path)]
     # Each row is named by the max_length of its runs, the old run's row too (it holds the 200 run).
     assert rows == [("LSTM · variational [data.max_length=200]", "2"), ("LSTM · variational [data.max_length=400]", "1")]
 
@@ -202,9 +195,7 @@ def test_a_sentiment_rows_overrides_leave_out_the_evaluation_batch_size_a_langua
     runs = tmp_path / "runs"
     fake_run(runs / "a", "imdb", "lstm", "variational", "tied", 1, 0.85)
     (runs / "a" / "overrides.yaml").write_text("- data.eval_batch_size=500\n- trainer.epochs=40\n")
-    report.write_report([runs], tmp_path / "out")
-    with open(tmp_path / "out" / "imdb_table.csv") as f:
-        [row] = csv.DictReader(f)
+    [row] = imdb_rows(tmp_path)
     assert row["overrides"] == "trainer.epochs=40"  # it changes no number of a sentiment run: not a setting there
     # A language model's evaluation batch is a setting (it cuts the text into other streams): it shows.
     assert report.run_overrides(runs / "a", report.QUIET_OVERRIDES) == ["data.eval_batch_size=500", "trainer.epochs=40"]
