@@ -19,7 +19,7 @@ from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from vdrnn.config import eval_config, to_container
+from vdrnn.config import eval_config, is_smoke, to_container
 from vdrnn.errors import VdrnnError
 
 CONFIG_PATH = "pkg://vdrnn.conf"
@@ -93,9 +93,8 @@ def eval_command(cfg: DictConfig) -> None:
         run_raw = eval_config(raw, payload["config"], given)
         metrics = task(payload["config"]["data"]["name"]).evaluate(run_raw, path, payload)
         # What it ran: the checkpoint's settings with the command line's (eval.*, amp, batch sizes), as metrics.json
-        # records a training run's; "smoke" marks numbers from capped data, which a smoke run's checkpoint brings.
-        data = run_raw["data"]
-        metrics["smoke"] = data.get("eval_max_tokens") is not None or data.get("limit") is not None
+        # records a training run's, and whether that is a smoke run's (a step cap, or capped data it brings along).
+        metrics["smoke"] = is_smoke(run_raw)
         metrics["config"] = run_raw
     except VdrnnError as err:
         _fail(err)

@@ -239,6 +239,14 @@ EVAL_WHEN_GIVEN = ("eval", "data.eval_batch_size", "data.test_batch_size", "data
                    "model.impl")
 
 
+def is_smoke(raw: dict[str, Any]) -> bool:
+    """Is a run with config ``raw`` (either task's) a smoke run, whose numbers are not results: a step cap
+    (``trainer.max_steps``), or capped data (``data.eval_max_tokens`` for PTB, ``data.limit`` for sentiment)?"""
+    data, trainer = raw.get("data", {}), raw.get("trainer", {})
+    caps = (trainer.get("max_steps"), data.get("eval_max_tokens"), data.get("limit"))
+    return any(cap is not None for cap in caps)
+
+
 def key_among(key: str, names: tuple[str, ...]) -> bool:
     """Is the dotted ``key`` one of ``names`` or inside one of them (``eval.samples`` is in ``eval``)? Whole
     names only: ``trainer.lr_decay`` is not ``trainer.lr``."""

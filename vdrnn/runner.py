@@ -28,7 +28,7 @@ import torch
 from tqdm import tqdm
 
 from vdrnn import checkpoint
-from vdrnn.config import key_among
+from vdrnn.config import is_smoke, key_among
 from vdrnn.dropout import weights_of
 from vdrnn.errors import CheckpointError, ConfigError, TrainingDiverged
 from vdrnn.optim import WeightAverage, finish_update, make_optimizer, swapped_weights
@@ -521,7 +521,7 @@ class EpochTrainer:
                              and not self.step_cap_reached() and not self.stopped_early()),
             "wps": sum(r["wps"] for r in records) / len(records) if records else None,
             "device": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
-            "smoke": self.is_smoke_run(),
+            "smoke": is_smoke(self.raw_config),
             "paper": self.raw_config.get("paper"),
             "config": self.raw_config,
         })
@@ -529,6 +529,3 @@ class EpochTrainer:
         # TensorBoard from there (purge_step), so its new test replaces this one instead of adding a second point.
         logger.final(metrics, self.step + 1)
         return metrics
-
-    def is_smoke_run(self) -> bool:
-        return self.cfg.trainer.max_steps is not None

@@ -214,9 +214,6 @@ class LanguageModelTrainer(EpochTrainer):
                  if "test_ppl_mc" in metrics else "")
         return metrics
 
-    def is_smoke_run(self) -> bool:
-        return super().is_smoke_run() or self.cfg.data.eval_max_tokens is not None
-
 
 def evaluate_all(model: LanguageModel, corpus: ptb.Corpus, cfg: RunConfig) -> dict[str, Any]:
     """Valid and test perplexity with weight scaling, plus MC test perplexity with ``eval=mc``."""
