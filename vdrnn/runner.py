@@ -53,6 +53,11 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def device_name(device: torch.device) -> str:
+    """What metrics.json and eval.json record as the device: the GPU's name, or cpu."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
 def prepare_device(name: str, amp: str) -> torch.device:
     """The run's device, set up as training and `vdrnn eval` both use it: TF32 products on CUDA (so that
     evaluating a checkpoint repeats its run's own test numbers), and fp16 refused where it cannot run."""
@@ -110,8 +115,8 @@ def evaluate_checkpoint(cfg, path: Path, payload: dict[str, Any], load_data: Cal
     checkpoint.check_vocab(payload, data.vocab, path, "evaluate it on the data it was trained on (data.root)")
     model = build_model(cfg, data, device)
     load_evaluation_weights(model, payload, path)
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    return {**evaluate_all(model, data, cfg), "checkpoint": str(path), "epoch": payload["epoch"], "device": device_name}
+    return {**evaluate_all(model, data, cfg), "checkpoint": str(path), "epoch": payload["epoch"],
+            "device": device_name(device)}
 
 
 class TrainWindow:
@@ -520,7 +525,7 @@ class EpochTrainer:
             "time_limited": (self.time_limit_reached() and self.epoch < self.cfg.trainer.epochs
                              and not self.step_cap_reached() and not self.stopped_early()),
             "wps": sum(r["wps"] for r in records) / len(records) if records else None,
-            "device": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
+            "device": device_name(self.device),
             "smoke": is_smoke(self.raw_config),
             "paper": self.raw_config.get("paper"),
             "config": self.raw_config,
