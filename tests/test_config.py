@@ -223,6 +223,9 @@ def test_lr_schedule_matches_zaremba_medium():
     ("trainer.clip=nan", r"trainer.clip=nan must be > 0"),
     ("trainer.weight_decay=-1e-4", r"trainer.weight_decay=-0.0001 must be >= 0"),
     ("trainer.log_every=0", "trainer.log_every=0 must be at least 1"),
+    ("trainer.select=best", "trainer.select='best'; choose `scale`"),
+    ("trainer.select=mc eval=mc", "a language model keeps the epoch of best weight-scaling validation perplexity"),
+    ("dataset=imdb trainer.select=mc", r"trainer.select=mc picks best.pt by the MC-dropout validation score.*add eval=mc"),
 ])
 def test_bad_values_are_refused_with_the_fix(override, message):
     with pytest.raises(ConfigError, match=message):

@@ -152,6 +152,16 @@ def test_options_added_since_a_checkpoint_do_not_block_its_resume():
                         Path("last.pt"))
 
 
+def test_an_option_added_since_a_checkpoint_may_only_take_its_default_on_resume():
+    """A checkpoint from before trainer.select trained as its default (scale) says: resuming it to select by MC
+    would compare MC scores with the weight-scaling ones it kept."""
+    saved = {"trainer": {"epochs": 1}}
+    defaults = {"trainer.select": "scale", "trainer.epochs": 39}
+    check_resumable(saved, {"trainer": {"epochs": 3, "select": "scale"}}, Path("last.pt"), defaults)
+    with pytest.raises(ConfigError, match=r"trainer.select: 'scale' -> 'mc'"):
+        check_resumable(saved, {"trainer": {"epochs": 3, "select": "mc"}}, Path("last.pt"), defaults)
+
+
 def test_best_checkpoint_is_not_a_resume_point(tmp_path, tiny_corpus):
     common = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1"]
     run_cli("train", *common, "hydra.run.dir=first", cwd=tmp_path)

@@ -441,8 +441,10 @@ def test_mc_regression_side_by_side_equals_one_pass_at_a_time_in_expectation():
     assert ((side_by_side - scaled).abs() > 5 * error).any()  # the MC estimate, not weight scaling
 
 
-def test_an_interrupted_sentiment_run_resumes_to_the_uninterrupted_numbers(fake_imdb, tmp_path):
-    """Adam's moments, the weight average, the RNG and the per-epoch test curve all come back from last.pt."""
+@pytest.mark.parametrize("select", ["scale", "mc"])
+def test_an_interrupted_sentiment_run_resumes_to_the_uninterrupted_numbers(fake_imdb, tmp_path, select):
+    """Adam's moments, the weight average, the RNG and the per-epoch test curve all come back from last.pt; with
+    trainer.select=mc the MC validation scores too."""
     from conftest import composed, history
 
     from vdrnn.config import to_container
@@ -452,7 +454,8 @@ def test_an_interrupted_sentiment_run_resumes_to_the_uninterrupted_numbers(fake_
         raw = to_container(composed("dataset=imdb", "cell=gru", "dropout=variational", f"data.root={fake_imdb}",
                                     "model.hidden_size=8", "data.batch_size=8", "data.valid_fraction=0.25",
                                     f"trainer.epochs={epochs}", "trainer.ema=0.9", "eval=mc", "eval.samples=3",
-                                    "eval.batch=3", "trainer.progress=false", "device=cpu"))
+                                    "eval.batch=3", f"trainer.select={select}", "trainer.progress=false",
+                                    "device=cpu"))
         return run(raw, tmp_path / folder)
 
     straight = train("straight", 3)
@@ -463,8 +466,57 @@ def test_an_interrupted_sentiment_run_resumes_to_the_uninterrupted_numbers(fake_
         return [{k: v for k, v in r.items() if k not in ("wps", "epoch_seconds")} for r in history(tmp_path / folder)]
 
     assert untimed("resumed") == untimed("straight") and len(untimed("resumed")) == 3
-    for key in ("test_accuracy", "test_nll", "test_accuracy_mc", "test_nll_mc", "best_valid_nll"):
+    for key in ("test_accuracy", "test_nll", "test_accuracy_mc", "test_nll_mc",
+                "best_valid_nll" if select == "scale" else "best_valid_nll_mc"):
         assert resumed[key] == straight[key], key
+
+
+def test_selecting_by_mc_validation_keeps_the_training_run_and_the_epoch_of_best_mc_nll(fake_imdb, tmp_path):
+    """trainer.select=mc scores every epoch with MC dropout on the validation reviews and keeps the epoch of least
+    MC NLL; its masks come from a fork of the random state, so the training itself is trainer.select=scale's."""
+    from conftest import composed, history
+
+    from vdrnn import checkpoint
+    from vdrnn.config import to_container
+    from vdrnn.sentiment import run
+
+    def train(select):
+        raw = to_container(composed("dataset=imdb", "cell=lstm", "dropout=variational", f"data.root={fake_imdb}",
+                                    "model.hidden_size=8", "data.batch_size=8", "data.valid_fraction=0.25",
+                                    "trainer.epochs=6", "trainer.lr=0.01", "eval=mc", "eval.samples=4",
+                                    "eval.batch=4", f"trainer.select={select}", "trainer.progress=false",
+                                    "device=cpu"))
+        return run(raw, tmp_path / select), history(tmp_path / select)
+
+    (by_scale, scale_epochs), (by_mc, mc_epochs) = train("scale"), train("mc")
+    same = ("train_loss", "valid_nll", "valid_accuracy", "test_nll", "test_accuracy")
+    assert [[r[k] for k in same] for r in mc_epochs] == [[r[k] for k in same] for r in scale_epochs]
+    assert "valid_nll_mc" not in scale_epochs[0]
+    mc_scores = [r["valid_nll_mc"] for r in mc_epochs]
+    assert all({"valid_accuracy_mc", "valid_ece_mc", "valid_entropy_mc"} <= r.keys() for r in mc_epochs)
+    assert [r["valid_nll_mc"] for r in mc_epochs] != [r["valid_nll"] for r in mc_epochs]  # MC, not weight scaling
+    assert by_mc["best_valid_nll_mc"] == min(mc_scores) and "best_valid_nll" not in by_mc
+    assert checkpoint.load(tmp_path / "mc" / checkpoint.BEST)["epoch"] == 1 + mc_scores.index(min(mc_scores))
+    assert by_scale["best_valid_nll"] == min(r["valid_nll"] for r in scale_epochs)
+
+
+def test_a_run_selecting_by_mc_resumes_only_with_the_mc_score_it_selected_by(fake_imdb, tmp_path):
+    from conftest import composed
+
+    from vdrnn.config import to_container
+    from vdrnn.sentiment import run
+
+    def train(*extra):
+        raw = to_container(composed("dataset=imdb", "dropout=variational", f"data.root={fake_imdb}",
+                                    "model.hidden_size=8", "data.batch_size=8", "data.valid_fraction=0.25",
+                                    "eval=mc", "eval.samples=3", "eval.batch=3", "trainer.select=mc",
+                                    "trainer.progress=false", "device=cpu", *extra))
+        return run(raw, tmp_path)
+
+    train("trainer.epochs=1")
+    with pytest.raises(ConfigError, match=r"eval.samples: 3 -> 10"):
+        train("trainer.epochs=2", "eval.samples=10")
+    train("trainer.epochs=2", "eval.batch=1")  # how the passes are grouped is not the score
 
 
 def test_a_confident_mistake_costs_its_log_probability_not_the_clamp():

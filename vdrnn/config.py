@@ -7,7 +7,7 @@ what to pass instead. Code below the CLI only ever sees these dataclasses.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -56,6 +56,7 @@ class TrainerConfig:
     weight_decay: float = 0.0
     weight_decay_mode: str = "gal"
     ema: float = 0.0
+    select: str = "scale"
     amp: str = "off"
     cuda_graph: str = "auto"
     loss: str = "sum_over_time"
@@ -78,6 +79,9 @@ class TrainerConfig:
             raise ConfigError(f"trainer.loss={self.loss!r}; choose `sum_over_time` (Zaremba, Gal) or `mean` (AWD)")
         if self.cuda_graph not in ("auto", "off"):
             raise ConfigError(f"trainer.cuda_graph={self.cuda_graph!r}; choose `auto` or `off`")
+        if self.select not in ("scale", "mc"):
+            raise ConfigError(f"trainer.select={self.select!r}; choose `scale` (best.pt by the weight-scaling "
+                              f"validation score) or `mc` (by the MC-dropout one; sentiment runs)")
         if self.weight_decay_mode not in ("gal", "l2"):
             raise ConfigError(f"trainer.weight_decay_mode={self.weight_decay_mode!r}; choose `gal` or `l2`")
         if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
@@ -216,12 +220,17 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"cell={model.cell} is for the sentiment datasets; the language model is an LSTM: "
                           f"use `cell=lstm`, or `dataset=imdb`/`dataset=scale` with this cell")
     dropout = dropout_from(raw, model)
+    trainer = build(TrainerConfig, raw["trainer"], "trainer")
+    if trainer.select == "mc":
+        raise ConfigError("trainer.select=mc validates every epoch with MC dropout, which vdrnn does for the sentiment "
+                          "tasks (dataset=imdb|scale); a language model keeps the epoch of best weight-scaling "
+                          "validation perplexity, as Zaremba's and Gal's code: drop trainer.select=mc")
     seed, device = run_settings(raw)
     return RunConfig(
         data=build(DataConfig, raw["data"], "data"),
         model=model,
         dropout=dropout,
-        trainer=build(TrainerConfig, raw["trainer"], "trainer"),
+        trainer=trainer,
         eval=build(EvalConfig, raw["eval"], "eval"),
         seed=seed,
         device=device,
@@ -245,6 +254,17 @@ def is_smoke(raw: dict[str, Any]) -> bool:
     data, trainer = raw.get("data", {}), raw.get("trainer", {})
     caps = (trainer.get("max_steps"), data.get("eval_max_tokens"), data.get("limit"))
     return any(cap is not None for cap in caps)
+
+
+def option_defaults(cfg) -> dict[str, Any]:
+    """Every option of a typed run config (RunConfig, SentimentRunConfig) with its default, as dotted keys
+    (``trainer.select``: ``"scale"``). An option vdrnn added later defaults to what runs did before it."""
+    defaults = {}
+    for group in fields(cfg):
+        node = getattr(cfg, group.name)
+        if is_dataclass(node):
+            defaults.update({f"{group.name}.{f.name}": f.default for f in fields(node) if f.default is not MISSING})
+    return defaults
 
 
 def key_among(key: str, names: tuple[str, ...]) -> bool:

@@ -28,7 +28,7 @@ import torch
 from tqdm import tqdm
 
 from vdrnn import checkpoint
-from vdrnn.config import is_smoke, key_among
+from vdrnn.config import is_smoke, key_among, option_defaults
 from vdrnn.dropout import weights_of
 from vdrnn.errors import CheckpointError, ConfigError, TrainingDiverged
 from vdrnn.optim import WeightAverage, finish_update, make_optimizer, swapped_weights
@@ -154,12 +154,24 @@ RESUMABLE_CHANGES = ("resume", "checkpoint", "init_from", "device", "paper", "da
                      "trainer.log_every", "trainer.lr", "trainer.clip", "trainer.amp", "trainer.cuda_graph", "eval")
 
 
-def check_resumable(saved: dict[str, Any], now: dict[str, Any], path: Path) -> None:
-    """Refuse to resume ``path`` (trained with ``saved``) under settings that change the experiment."""
+# What defines the score of a run that selects best.pt by MC validation (trainer.select=mc): its earlier epochs'
+# scores, which later ones must beat, were estimated with these.
+MC_SELECTION_SETTINGS = ("eval.mode", "eval.samples", "eval.word_dropout")
+
+
+def check_resumable(saved: dict[str, Any], now: dict[str, Any], path: Path,
+                    defaults: dict[str, Any] | None = None) -> None:
+    """Refuse to resume ``path`` (trained with ``saved``) under settings that change the experiment.
+
+    A key only ``now`` has is an option vdrnn added since the checkpoint was written; the run trained as its
+    default (``defaults``: dotted key -> default, :func:`vdrnn.config.option_defaults`) says, so only another value
+    is a change. Keys only ``saved`` has are options vdrnn dropped since: not a change."""
     before, after = flatten(saved), flatten(now)
-    # Keys only one side has are options added to (or dropped from) vdrnn since the checkpoint: not a change.
+    defaults = defaults or {}
+    before.update({k: defaults[k] for k in after.keys() - before.keys() if k in defaults})
+    fixed = MC_SELECTION_SETTINGS if before.get("trainer.select") == "mc" else ()
     changed = sorted(k for k in before.keys() & after.keys()
-                     if before[k] != after[k] and not key_among(k, RESUMABLE_CHANGES))
+                     if before[k] != after[k] and (not key_among(k, RESUMABLE_CHANGES) or key_among(k, fixed)))
     if changed:
         diff = ", ".join(f"{k}: {before[k]!r} -> {after[k]!r}" for k in changed)
         raise ConfigError(f"cannot resume {path} with other settings ({diff}). Resume with the run's own settings, "
@@ -341,7 +353,7 @@ class EpochTrainer:
                 f"{path} holds the weights as validated (under averaged SGD, the averages), not the state to continue "
                 f"training from: resume from the run's last.pt, or start a new run from these weights with "
                 f"init_from={path}")
-        check_resumable(payload["config"], self.raw_config, path)
+        check_resumable(payload["config"], self.raw_config, path, option_defaults(self.cfg))
         checkpoint.check_vocab(payload, self.vocab, path, "resume with the same data.* settings, or use a new output dir")
         checkpoint.load_model_state(self.model, payload, path)
         if self.average is not None and "weight_average" not in payload:  # from before trainer.ema existed

@@ -107,6 +107,9 @@ def from_dict(raw: dict[str, Any]) -> SentimentRunConfig:
         raise ConfigError("trainer.ar and trainer.tar are AWD's penalties on a language model's outputs over time; "
                           "a sentiment model reads one step: set them to 0")
     evaluation = build(EvalConfig, raw["eval"], "eval")
+    if trainer.select == "mc" and evaluation.mode != "mc":
+        raise ConfigError("trainer.select=mc picks best.pt by the MC-dropout validation score of eval.samples "
+                          "passes: add eval=mc (or drop trainer.select=mc to select by weight scaling)")
     for where, config in (("trainer", trainer), ("eval", evaluation)):
         refuse_lm_only(where, config)
     if raw.get("init_from"):

@@ -8,7 +8,11 @@ the test metrics of this epoch's weights (weight scaling; the per-epoch curve of
 checkpoint is tested with weight scaling and, with ``eval=mc``, MC dropout: those are the headline numbers in
 ``metrics.json``.
 
-Model selection uses the validation loss the model is trained on: NLL (IMDB) or RMSE (scale).
+Model selection uses the validation loss the model is trained on: NLL (IMDB) or RMSE (scale), of the
+weight-scaling predictor, or with ``trainer.select=mc`` of the MC-dropout one (``eval.samples`` passes, the
+predictor ``eval=mc`` tests; its validation metrics are logged as ``valid_*_mc``). The MC passes draw their
+masks from a fork of the random state, so the training run itself (shuffles, masks, weights) is the one
+``trainer.select=scale`` gives: only which epoch's weights best.pt keeps differs.
 Resuming from ``last.pt`` restores model, optimizer, RNG states and progress, so the shuffles and
 masks continue exactly as an uninterrupted run's.
 """
@@ -79,8 +83,10 @@ class SentimentTrainer(EpochTrainer):
         started = time.perf_counter()
         self.task = load_task(self.cfg.data)
         self.vocab = self.task.vocab
-        # Model selection uses the validation loss the model is trained on (lower is better).
-        self.selector = "nll" if self.task.kind == CLASSIFICATION else "rmse"
+        # Model selection uses the validation loss the model is trained on (lower is better), of the predictor
+        # trainer.select names.
+        self.selector = ("nll" if self.task.kind == CLASSIFICATION else "rmse") + \
+            ("_mc" if self.cfg.trainer.select == "mc" else "")
         self.train_examples = len(self.task.train)  # the reviews a learned-noise KL term is spread over
         log.info("%s: %d train / %d valid / %d test sequences, vocabulary %d, loaded in %.1fs", self.cfg.data.name,
                  len(self.task.train), len(self.task.valid), len(self.task.test), len(self.task.vocab),
@@ -116,6 +122,11 @@ class SentimentTrainer(EpochTrainer):
 
     def validate(self) -> dict[str, float]:
         valid = evaluate_split(self.model, self.task.valid, self.task, self.cfg, mc=False)
+        if self.cfg.trainer.select == "mc":
+            # A fork of the random state, restored after: the MC masks do not shift the training's own draws.
+            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                mc = evaluate_split(self.model, self.task.valid, self.task, self.cfg, mc=True)
+            valid.update({f"{k}_mc": v for k, v in mc.items()})
         # The test metrics of every epoch's weights: the curve of Gal's figures, not the result.
         test = evaluate_split(self.model, self.task.test, self.task, self.cfg, mc=False)
         return {**valid, **{f"test_{k}": v for k, v in test.items()}}
@@ -123,7 +134,9 @@ class SentimentTrainer(EpochTrainer):
     def summary(self, record: dict[str, Any]) -> str:
         valid = {k.removeprefix("valid_"): v for k, v in record.items() if k.startswith("valid_")}
         test = {k.removeprefix("test_"): v for k, v in record.items() if k.startswith("test_")}
-        return f"train loss {record['train_loss']:.4f}  valid {describe(valid)}  test {describe(test)}"
+        mc = {k.removesuffix("_mc"): v for k, v in valid.items() if k.endswith("_mc")}
+        return (f"train loss {record['train_loss']:.4f}  valid {describe(valid)}"
+                f"{f'  valid MC {describe(mc)}' if mc else ''}  test {describe(test)}")
 
     def final_metrics(self) -> dict[str, Any]:
         metrics = evaluate_all(self.model, self.task, self.cfg)
