@@ -75,7 +75,8 @@ def train_command(cfg: DictConfig) -> float | None:
     except VdrnnError as err:
         _fail(err)
     # Returned so that a Hydra sweeper (e.g. Optuna) can minimise it: the score the run selected best.pt by,
-    # best_valid_<selector> in metrics.json (ppl for PTB, nll for IMDB, rmse for scale; lower is better).
+    # best_valid_<selector> in metrics.json (ppl for PTB, nll for IMDB, rmse for scale, nll_mc or rmse_mc under
+    # trainer.select=mc; lower is better).
     return next((value for key, value in metrics.items() if key.startswith("best_valid_")), None)
 
 
