@@ -54,8 +54,10 @@ def job_overrides(preset: str, seed: int, overrides: list[str]) -> list[str]:
     return [f"experiment={preset}", f"seed={seed}", "trainer.progress=false", *overrides]
 
 
-# Overrides that do not make another experiment: where the data is, the device, logging, Hydra's own.
-NOT_SETTINGS = ("data.root=", "device=", "trainer.progress=", "trainer.log_every=", "hydra.")
+# Overrides that do not make another experiment: where the data is, the device, logging, Hydra's own, and the time
+# budget, which a resume may change (as `vdrnn report` groups runs: its NOT_SETTINGS, there as config keys).
+NOT_EXPERIMENT_OVERRIDES = ("data.root=", "device=", "trainer.progress=", "trainer.log_every=", "trainer.max_minutes=",
+                            "hydra.")
 
 
 def earlier_overrides(folder: Path, overrides: list[str]) -> list[str] | None:
@@ -69,7 +71,7 @@ def earlier_overrides(folder: Path, overrides: list[str]) -> list[str] | None:
 
     def settings(items: list[str]) -> list[str]:
         # Sorted: the same overrides in another order compose the same config.
-        return sorted(o for o in items if not o.startswith(NOT_SETTINGS))
+        return sorted(o for o in items if not o.startswith(NOT_EXPERIMENT_OVERRIDES))
 
     return earlier if settings(earlier) != settings(overrides) else None
 
@@ -101,7 +103,7 @@ def main() -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--size", choices=["medium", "large"], help="Table 1's rows for this model size")
     which.add_argument("--experiments", nargs="+", help="any presets of conf/experiment/")
-    parser.add_argument("--rows", nargs="+", choices=ROWS, default=ROWS, help="with --size: which rows")
+    parser.add_argument("--rows", nargs="+", choices=ROWS, default=None, help="with --size: which rows (default: all)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1])
     parser.add_argument("--parallel", type=int, default=2, help="jobs running at once on each GPU")
     parser.add_argument("--gpus", nargs="+", type=int, default=None,
@@ -123,13 +125,19 @@ def main() -> None:
         parser.error(f"{' '.join(not_overrides)}: overrides are key=value (e.g. trainer.amp=bf16)")
     if args.gpus and len(set(args.gpus)) < len(args.gpus):
         parser.error(f"--gpus {' '.join(map(str, args.gpus))}: each GPU once (--parallel sets the jobs per GPU)")
+    # A repeat would run one job twice at once, two processes writing the same folder's checkpoints.
+    for flag, values in (("--seeds", args.seeds), ("--rows", args.rows or []), ("--experiments", args.experiments or [])):
+        if len(set(values)) < len(values):
+            parser.error(f"{flag} {' '.join(map(str, values))}: name each once")
+    if args.experiments and args.rows:
+        parser.error("--rows picks Table 1's rows of --size; with --experiments, name the presets there instead")
     try:
         # None: the jobs inherit this process's CUDA_VISIBLE_DEVICES
         devices = dict(zip(args.gpus, visible_devices(args.gpus), strict=True)) if args.gpus else {None: None}
     except ValueError as err:
         parser.error(f"--gpus: {err}")
     if args.size:
-        presets = [f"{args.size}_{row}" for row in args.rows]
+        presets = [f"{args.size}_{row}" for row in args.rows or ROWS]
         root = args.root or Path("runs") / f"ptb-{args.size}"
     else:
         presets = args.experiments

@@ -57,12 +57,12 @@ MEDIUM_VARIATIONAL = {"scheme": "variational", "embedding": 0.2, "input": 0.5, "
 
 
 def fake_ptb_run(folder, seed, overrides, epochs=39, time_limited=False, dropout=MEDIUM_VARIATIONAL, noise=None,
-                 hidden=650):
+                 hidden=650, init_from=None):
     """A finished PTB run (medium unless ``hidden`` says otherwise), with Hydra's record of its command line (a list
     of strings)."""
     folder.mkdir(parents=True)
     config = {"data": {"name": "ptb"}, "model": {"hidden_size": hidden}, "dropout": dropout, "seed": seed,
-              "trainer": {"epochs": 39, "max_minutes": 30 if time_limited else None}}
+              "init_from": init_from, "trainer": {"epochs": 39, "max_minutes": 30 if time_limited else None}}
     metrics = {"valid_ppl": 82.0 + seed, "test_ppl": 79.0 + seed, "epochs": epochs, "time_limited": time_limited,
                "train_seconds": 600, "wps": 50_000, "config": config, **({"noise": noise} if noise else {})}
     (folder / "metrics.json").write_text(json.dumps(metrics))
@@ -203,6 +203,34 @@ def test_a_corrupt_metrics_json_is_an_error_that_names_it(tmp_path):
     with pytest.raises(SystemExit, match="not valid JSON") as exit_:
         report.write_report([tmp_path / "runs"], tmp_path / "out")
     assert str(path) in str(exit_.value)
+
+
+def test_a_warm_started_run_is_not_a_seed_of_fresh_ones_wherever_its_weights_came_from(tmp_path):
+    runs = tmp_path / "runs"
+    fake_ptb_run(runs / "fresh1", 1, [])
+    fake_ptb_run(runs / "fresh2", 2, [])
+    fake_ptb_run(runs / "warm1", 1, [], init_from="/a/best.pt")
+    fake_ptb_run(runs / "warm2", 2, [], init_from="/b/best.pt")  # the same kind of start from another folder
+    rows = ptb_rows(tmp_path)
+    assert sorted((r["row"], r["seeds"]) for r in rows) == [("variational [init_from=false]", "2"),
+                                                             ("variational [init_from=true]", "2")]
+
+
+def test_a_cell_says_over_how_many_runs_when_some_did_not_log_its_metric(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        fake_ptb_run(runs / f"s{seed}", seed, [])
+    metrics = json.loads((runs / "s3" / "metrics.json").read_text())
+    metrics["test_ppl_mc"] = 80.0
+    (runs / "s3" / "metrics.json").write_text(json.dumps(metrics))
+    [row] = ptb_rows(tmp_path)
+    assert row["MC test"] == "80.0 (n=1)" and row["test"] == "81.0 ± 1.0"
+
+
+def test_mean_std_is_the_sample_std_and_an_infinite_value_leaves_the_mean_alone():
+    assert report.mean_std([30.0, 40.0]) == "35.0 ± 7.1"  # sqrt(50), n - 1 in the denominator; population: 5.0
+    assert report.mean_std([float("inf"), 80.0]) == "inf"
+    assert report.mean_std([80.0, 82.0], runs=3) == "81.0 ± 1.4 (n=2)"
 
 
 def test_settings_leave_out_what_does_not_make_another_experiment_and_read_5_as_5_0():

@@ -96,18 +96,18 @@ def test_a_root_run_with_other_overrides_is_refused_with_its_folder_named(tmp_pa
     assert "job(s) to run" not in result.stdout  # refused before anything is skipped, started or reported
 
 
-def test_a_job_that_saved_nothing_or_differs_only_in_where_it_ran_is_not_refused(tmp_path):
+def test_a_job_that_saved_nothing_or_differs_only_in_where_or_how_long_it_ran_is_not_refused(tmp_path):
     # Hydra records the overrides before the job starts: a job that failed at once (a mistyped value) saved nothing,
     # and its corrected rerun must go ahead.
     failed = tmp_path / "runs" / "medium_zaremba" / "seed1"
     finished_job(failed, ["experiment=medium_zaremba", "seed=1", "trainer.progress=false", "trainer.amp=bf61"])
     (failed / "metrics.json").unlink()
-    # Where the data is and the device make no other experiment.
+    # Where the data is, the device and the time budget (which a resume may raise) make no other experiment.
     finished_job(tmp_path / "runs" / "medium_none" / "seed1",
                  ["experiment=medium_none", "seed=1", "trainer.progress=false", "trainer.amp=off", "data.root=/old",
-                  "device=cuda:1"])
+                  "device=cuda:1", "trainer.max_minutes=10"])
     result = reproduce("--experiments", "medium_zaremba", "medium_none", "--root", "runs", "--deadline-min", "0",
-                       "--", "trainer.amp=off", "data.root=/new", cwd=tmp_path)
+                       "--", "trainer.amp=off", "data.root=/new", "trainer.max_minutes=20", cwd=tmp_path)
     assert "was run with the overrides" not in result.stderr, result.stderr
     assert "1 job(s) to run" in result.stdout and "1 job(s) not started" in result.stdout
 
@@ -117,6 +117,20 @@ def test_a_gpu_given_twice_is_refused(tmp_path, script, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert run_main(script, monkeypatch, "--size", "medium", "--gpus", "0", "0", "--root", "runs") == 2
     assert "each GPU once" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--size", "medium", "--seeds", "1", "1"], "--seeds 1 1: name each once"),
+    (["--size", "medium", "--rows", "zaremba", "zaremba"], "--rows zaremba zaremba: name each once"),
+    (["--experiments", "medium_zaremba", "medium_zaremba"], "--experiments medium_zaremba medium_zaremba: name each"),
+    (["--experiments", "medium_zaremba", "--rows", "none"], "with --experiments, name the presets there instead"),
+])
+def test_a_job_named_twice_or_rows_without_a_size_are_refused(tmp_path, script, monkeypatch, capsys, args, message):
+    # Named twice, one job would run twice at once, two processes writing one folder's checkpoints.
+    monkeypatch.chdir(tmp_path)
+    assert run_main(script, monkeypatch, *args, "--root", "runs") == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_no_job_starts_past_the_deadline_and_the_script_says_work_is_left(tmp_path):

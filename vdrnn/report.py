@@ -80,7 +80,8 @@ class Row:
 
     def run_cells(self) -> list[str]:
         """The cells under RUN_COLUMNS: the epochs as mean ± std, so that a seed a time cap stopped early stands out."""
-        return [mean_std(self.values("epochs"), 0), train_and_test_minutes(self.runs), self.overrides or "–"]
+        return [mean_std(self.values("epochs"), 0, len(self.runs)), train_and_test_minutes(self.runs),
+                self.overrides or "–"]
 
 
 # The columns every table ends with: how its runs ran.
@@ -131,15 +132,18 @@ def scheme_name(config: dict[str, Any]) -> str:
 # Config entries that never make two runs different experiments: which seed, where and how they ran. A wall-clock
 # cap (trainer.max_minutes) is one too: a seed it stopped early shows in the epochs column (mean ± std over the
 # seeds) and the cap in the overrides column.
-NOT_SETTINGS = ("seed", "device", "resume", "checkpoint", "init_from", "paper", "data.root", "trainer.progress",
+NOT_SETTINGS = ("seed", "device", "resume", "checkpoint", "paper", "data.root", "trainer.progress",
                 "trainer.log_every", "trainer.max_minutes")
 
 
 def settings(config: dict[str, Any]) -> dict[str, str]:
     """The config flattened to ``{"trainer.amp": '"bf16"', ...}`` (values as JSON text, so that any two compare),
-    without NOT_SETTINGS: runs whose settings are equal are seeds of one experiment."""
-    return {key: json.dumps(same_number(value)) for key, value in flatten(config).items()
-            if not key_among(key, NOT_SETTINGS)}
+    without NOT_SETTINGS: runs whose settings are equal are seeds of one experiment. ``init_from`` counts as whether
+    it is set: a warm start is another experiment than a fresh one, the same weights under another path are not."""
+    flat = flatten(config)
+    if "init_from" in config:
+        flat["init_from"] = config["init_from"] is not None
+    return {key: json.dumps(same_number(value)) for key, value in flat.items() if not key_among(key, NOT_SETTINGS)}
 
 
 def same_number(value: Any) -> Any:
@@ -331,12 +335,16 @@ def group_runs(runs: list[tuple[Path, dict[str, Any]]], identity: Callable[[dict
     return [row for group in found.values() for row in group]
 
 
-def mean_std(values: list[float], digits: int = 1) -> str:
+def mean_std(values: list[float], digits: int = 1, runs: int | None = None) -> str:
+    """``mean ± std`` over seeds, the std being the sample one (n - 1); a single value alone. ``runs``: the row's
+    run count; where fewer runs logged the metric (older runs, from before it existed), the cell says over how
+    many, ``(n=2)``. A non-finite value (a diverged run's inf perplexity) leaves the mean alone: inf or nan."""
     if not values:
         return "–"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+    count = f" (n={len(values)})" if runs is not None and len(values) < runs else ""
+    if len(values) == 1 or not all(math.isfinite(v) for v in values):
+        return f"{statistics.mean(values):.{digits}f}{count}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}{count}"
 
 
 def train_and_test_minutes(runs: list[dict]) -> str:
@@ -458,7 +466,7 @@ def ptb_table(rows: list[PtbRow]) -> list[list[str]]:
         wps = row.values("wps")
         lines.append([
             row.label, row.size, dropout_cell(row.dropout, row.runs), str(len(row.runs)),
-            mean_std(row.values("valid_ppl")), mean_std(row.values("test_ppl")), mean_std(row.values("test_ppl_mc")),
+            *(mean_std(row.values(key), runs=len(row.runs)) for key in ("valid_ppl", "test_ppl", "test_ppl_mc")),
             paper_value(row, "valid"), paper_value(row, "test"), paper_value(row, "test_mc"),
             f"{statistics.mean(wps):,.0f}" if wps else "–", *row.run_cells(),
         ])
@@ -538,7 +546,7 @@ def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
         for suffix in ("", "_mc"):
             for key, _, digits, percent in SENTIMENT_METRICS[dataset]:
                 values = [v * (100 if percent else 1) for v in row.values(f"test_{key}{suffix}")]
-                cells[key + suffix] = mean_std(values, digits)
+                cells[key + suffix] = mean_std(values, digits, runs=len(row.runs))
         keys = [key for key, _, _, _ in SENTIMENT_METRICS[dataset]]
         lines.append([row.label, dropout_cell(row.dropout, row.runs), str(len(row.runs)),
                       *(cells[k] for k in keys), *(cells[k + "_mc"] for k in keys), *row.run_cells()])
