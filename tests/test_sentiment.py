@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import random
 import re
 
 import pytest
@@ -73,6 +74,24 @@ def test_vocabulary_comes_from_training_reviews_only(fake_imdb):
     assert task.kind == CLASSIFICATION and (len(task.train), len(task.valid), len(task.test)) == (30, 10, 40)
     assert "trainword" in task.vocab and "testonly" not in task.vocab and "br" not in task.vocab
     assert UNK_ID in task.test.tokens.tolist()[0]
+    # "Review {i}": each training-file review has a number of its own; the 10 held out for validation keep theirs
+    # out of the vocabulary too.
+    assert sum(word.isdigit() for word in task.vocab) == 30
+
+
+def test_the_validation_split_is_fixed_by_split_seed_alone(fake_imdb):
+    def valid_tokens(split_seed: int, global_seed: int) -> torch.Tensor:
+        torch.manual_seed(global_seed)
+        random.seed(global_seed)
+        return load_task(SentimentDataConfig(root=str(fake_imdb), valid_fraction=0.25, split_seed=split_seed)).valid.tokens
+
+    assert torch.equal(valid_tokens(0, 1), valid_tokens(0, 2))  # the run's seed does not move it
+    assert not torch.equal(valid_tokens(0, 1), valid_tokens(1, 1))
+
+
+def test_files_holding_another_number_of_reviews_than_imdb_are_named_in_a_warning(fake_imdb, caplog):
+    load_task(SentimentDataConfig(root=str(fake_imdb), valid_fraction=0.25))
+    assert "the IMDB train split holds 40 reviews, not the 25000 of the published dataset" in caplog.text
 
 
 def test_missing_imdb_files_are_a_data_error_that_says_what_to_put_where(tmp_path, monkeypatch):

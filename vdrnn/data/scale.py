@@ -40,13 +40,15 @@ def load(root: str | None) -> list[RatedReview]:
     for author in AUTHORS:
         subj, rating = (folder / "scaledata" / author / f"{kind}.{author}" for kind in ("subj", "rating"))
         if not subj.is_file() or not rating.is_file():
-            raise DataError(f"{folder} lacks scaledata/{author}/subj.{author} or rating.{author}; data.root must "
-                            f"be the scale_data folder of Pang & Lee's scale_data.tar.gz")
+            raise DataError(f"{folder} lacks scaledata/{author}/subj.{author} or rating.{author}: point data.root "
+                            f"(or $VDRNN_DATA_DIR/scale_data) at the scale_data folder of Pang & Lee's "
+                            f"scale_data.tar.gz")
         texts = subj.read_text(encoding="latin-1").splitlines()  # ASCII in v1.0; latin-1 never fails
         ratings = [_rating(text.strip(), rating, line) for line, text in enumerate(rating.read_text().splitlines(), 1)
                    if text.strip()]
         if len(texts) != len(ratings):
-            raise DataError(f"{subj} has {len(texts)} reviews but {rating} {len(ratings)} ratings")
+            raise DataError(f"{subj} has {len(texts)} reviews but {rating} {len(ratings)} ratings: the files are "
+                            f"damaged; restore them from Pang & Lee's scale_data.tar.gz")
         reviews += [RatedReview(text, r) for text, r in zip(texts, ratings, strict=True)]
     return reviews
 

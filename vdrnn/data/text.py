@@ -4,7 +4,7 @@ Tokenization (:func:`tokenize`), one rule for IMDB and the Pang & Lee scale data
 1. lowercase;
 2. HTML tags (IMDB's ``<br />`` line breaks, the odd ``<i>``) become a space, so that
    ``"end.<br /><br />The"`` gives ``end . the`` and never a token ``br``; a ``<`` that opens no tag stays text;
-3. split into words (runs of letters and digits, keeping inner apostrophes: ``don't``, ``it's``)
+3. split into words (runs of letters, digits and underscores, keeping inner apostrophes: ``don't``, ``it's``)
    and single punctuation characters (``!``, ``?``, ``,``, ``.`` each a token of their own).
 
 Gal's Keras scripts split the (already tokenized, lowercase) scale data on whitespace; on that text

@@ -17,6 +17,7 @@ The vocabulary comes from the training reviews only (Gal's script fits it on all
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from vdrnn.data.text import build_vocab, chunks, pad, to_ids, tokenize
 from vdrnn.sentiment.config import SentimentDataConfig
 
 CLASSIFICATION, REGRESSION = "classification", "regression"
+
+log = logging.getLogger("vdrnn")
 
 
 @dataclass
@@ -79,6 +82,16 @@ def _held_out(count: int, fraction: float) -> int:
     return max(1, round(count * fraction))
 
 
+def _check_count(name: str, found: int, expected: int) -> None:
+    """A warning where the files hold another number of reviews than the published dataset: a copy cut short, or
+    other data. Not an error, so that other data of the same layout can be studied; but its numbers are not the
+    paper's."""
+    if found != expected:
+        log.warning("%s holds %d reviews, not the %d of the published dataset: a damaged or partial copy, or other "
+                    "data; its results will not compare with the paper's (restore the files to reproduce them)",
+                    name, found, expected)
+
+
 def _parts(train: list, test: list, cfg: SentimentDataConfig) -> tuple[dict, dict, list[str]]:
     """The train / valid / test reviews (valid: the first ``valid_fraction`` of ``train``), each review's
     tokens, and the vocabulary, built from the training part alone."""
@@ -90,6 +103,8 @@ def _parts(train: list, test: list, cfg: SentimentDataConfig) -> tuple[dict, dic
 
 def _load_imdb(cfg: SentimentDataConfig) -> TaskData:
     reviews = imdb.load(cfg.root)
+    for name in imdb.SPLITS:
+        _check_count(f"the IMDB {name} split", len(reviews[name]), imdb.EXPECTED_REVIEWS)
     train = _shuffled(reviews["train"], cfg.split_seed, cfg.limit)
     # The test set is read whole and in file order, unless a smoke run takes a (shuffled, so balanced) subset.
     test = _shuffled(reviews["test"], cfg.split_seed, cfg.limit) if cfg.limit else reviews["test"]
@@ -114,7 +129,9 @@ def _load_scale(cfg: SentimentDataConfig) -> TaskData:
     # 46 texts appear more than once in the files (47 extra copies; same critic, same rating, adjacent lines), and a
     # split by review would put copies on both sides of the cut. The later copies go after the shuffle, so every
     # other review keeps the place split_seed gives it.
-    reviews = _first_copies(_shuffled(scale.load(cfg.root), cfg.split_seed, None))[: cfg.limit]
+    everything = scale.load(cfg.root)
+    _check_count("the scale data", len(everything), scale.EXPECTED_REVIEWS)
+    reviews = _first_copies(_shuffled(everything, cfg.split_seed, None))[: cfg.limit]
     n_test = _held_out(len(reviews), cfg.test_fraction)
     train, test = reviews[: len(reviews) - n_test], reviews[len(reviews) - n_test :]
     parts, words, vocab = _parts(train, test, cfg)
