@@ -140,7 +140,7 @@ def test_help_lists_every_group(tmp_path):
     (["dropout=gal"], "Could not find 'dropout/gal'"),
     (["trainer.epochs_total=3"], "Key 'epochs_total' is not in struct"),
     (["dropout.input=1.2"], r"dropout.input=1.2 is not a probability in [0, 1)"),
-    (["data.root=/nonexistent"], "/nonexistent lacks ptb.train.txt"),
+    (["data.root=/nonexistent"], "/nonexistent does not exist; point it at a folder holding ptb.train.txt"),
 ])
 def test_bad_input_gets_a_clear_error(tmp_path, args, message):
     result = run_cli("train", *args, "trainer.progress=false", cwd=tmp_path, check=False)

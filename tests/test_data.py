@@ -49,7 +49,18 @@ def test_custom_corpus_maps_unseen_words_to_unk(tmp_path):
 
 
 def test_missing_files_name_the_folder_and_the_files(tmp_path):
-    with pytest.raises(DataError, match=r"lacks ptb.train.txt, ptb.valid.txt, ptb.test.txt"):
+    with pytest.raises(DataError, match=r"holds none of ptb.train.txt, ptb.valid.txt, ptb.test.txt$"):
+        ptb.load(str(tmp_path))
+    (tmp_path / "ptb.train.txt").write_text("a b\n")
+    with pytest.raises(DataError, match=r"lacks ptb.valid.txt, ptb.test.txt$"):
+        ptb.load(str(tmp_path))
+    with pytest.raises(DataError, match=rf"{tmp_path / 'no'} does not exist; point it at a folder holding"):
+        ptb.load(str(tmp_path / "no"))
+
+
+def test_a_data_folder_given_for_the_ptb_folder_inside_it_says_which_to_pass(tmp_path):
+    (tmp_path / "ptb").mkdir()  # $VDRNN_DATA_DIR's layout, passed as data.root
+    with pytest.raises(DataError, match=rf"but holds a ptb/ folder: pass data.root={tmp_path / 'ptb'}"):
         ptb.load(str(tmp_path))
 
 

@@ -53,6 +53,19 @@ def test_report_keeps_the_points_of_a_dropout_grid_apart(tmp_path, tiny_corpus):
                     ("Variational (tied weights)", "emb 0.2, in 0.4, h 0.2, out 0.4", "1")]
 
 
+@pytest.mark.slow
+def test_a_refused_rerun_in_a_finished_runs_folder_leaves_its_overrides_as_they_were(tmp_path, tiny_corpus):
+    # Hydra rewrites .hydra/overrides.yaml at every start in a folder, one vdrnn then refuses too; the report reads
+    # the record vdrnn wrote when the run finished.
+    common = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1", "hydra.run.dir=runs/a"]
+    run_cli("train", *common, "trainer.clip=4", cwd=tmp_path)
+    refused = run_cli("train", *common, "trainer.clip=4", "model.hidden_size=8", cwd=tmp_path, check=False)
+    assert refused.returncode == 2 and "model.hidden_size: 16 -> 8" in refused.stderr
+    assert "model.hidden_size=8" in (tmp_path / "runs" / "a" / ".hydra" / "overrides.yaml").read_text()
+    [row] = ptb_rows(tmp_path)
+    assert "trainer.clip=4" in row["overrides"] and "hidden_size=8" not in row["overrides"]
+
+
 MEDIUM_VARIATIONAL = {"scheme": "variational", "embedding": 0.2, "input": 0.5, "recurrent": 0.2, "output": 0.5}
 
 
@@ -225,6 +238,16 @@ def test_a_cell_says_over_how_many_runs_when_some_did_not_log_its_metric(tmp_pat
     (runs / "s3" / "metrics.json").write_text(json.dumps(metrics))
     [row] = ptb_rows(tmp_path)
     assert row["MC test"] == "80.0 (n=1)" and row["test"] == "81.0 ± 1.0"
+
+
+def test_a_rerun_of_a_seed_is_named_in_a_warning(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    fake_ptb_run(runs / "first", 1, [])
+    fake_ptb_run(runs / "again", 1, [])
+    fake_ptb_run(runs / "other", 2, [])
+    [row] = ptb_rows(tmp_path)
+    assert row["seeds"] == "3"
+    assert "holds seed 1 more than once" in capsys.readouterr().err
 
 
 def test_mean_std_is_the_sample_std_and_an_infinite_value_leaves_the_mean_alone():

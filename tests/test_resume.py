@@ -107,6 +107,7 @@ def test_resuming_under_other_settings_is_refused_with_the_keys(tmp_path, tiny_c
                      cwd=tmp_path, check=False)
     assert result.returncode == 2
     assert "cannot resume" in result.stderr and "trainer.optimizer: 'sgd' -> 'adam'" in result.stderr
+    assert "init_from=<checkpoint> starts from its weights" in result.stderr
     assert "data.batch_size" in result.stderr and "init_from=" in result.stderr
     assert [r["epoch"] for r in history(tmp_path / "run")] == [1]
 

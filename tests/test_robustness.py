@@ -100,6 +100,26 @@ def model_with_output_bias(value: float, vocab: int = 12) -> LanguageModel:
     return model
 
 
+def test_a_smoke_runs_step_cap_says_it_stopped_the_run_and_may_be_raised_on_resume(tmp_path, tiny_corpus, caplog):
+    caplog.set_level("INFO", logger="vdrnn")
+    capped = trainer(tmp_path, tiny_corpus, "trainer.epochs=3", "trainer.max_steps=3").fit()
+    assert capped["epochs"] == 1 and capped["steps"] == 3
+    assert "stopped at step 3, trainer.max_steps" in caplog.text
+    raised = trainer(tmp_path, tiny_corpus, "trainer.epochs=3", "trainer.max_steps=100000").fit()
+    assert raised["epochs"] == 3 and raised["steps"] > 3
+
+
+@pytest.mark.parametrize("content,reason", [(b"", "the file is empty"), (b"PK\x03\x04", "Error")])
+def test_an_empty_or_cut_checkpoint_is_a_checkpoint_error_with_the_fix(tmp_path, content, reason):
+    # An empty last.pt is what a full disk can leave; torch's EOFError for it has no message.
+    path = tmp_path / "last.pt"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match=f"{path} is unreadable .*{reason}.*move it aside"):
+        checkpoint.load(path)
+    with pytest.raises(CheckpointError, match=f"checkpoint {tmp_path} is a folder; pass the path of a last.pt"):
+        checkpoint.load(tmp_path)
+
+
 def test_a_nan_loss_is_a_nan_perplexity_not_inf():
     assert math.isnan(exp_or_inf(math.nan)) and exp_or_inf(1e4) == math.inf and exp_or_inf(0.0) == 1.0
     stream = torch.ones(30, dtype=torch.long)

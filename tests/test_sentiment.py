@@ -95,7 +95,7 @@ def test_files_holding_another_number_of_reviews_than_imdb_are_named_in_a_warnin
 
 
 def test_missing_imdb_files_are_a_data_error_that_says_what_to_put_where(tmp_path, monkeypatch):
-    with pytest.raises(DataError, match="lacks train.jsonl.gz, test.jsonl.gz"):
+    with pytest.raises(DataError, match="holds none of train.jsonl.gz, test.jsonl.gz"):
         load_task(SentimentDataConfig(root=str(tmp_path)))
     (tmp_path / "imdb").mkdir()  # $VDRNN_DATA_DIR/imdb with a file missing: an error, not a download
     (tmp_path / "imdb" / "train.jsonl.gz").write_bytes(b"")
@@ -533,8 +533,9 @@ def test_a_run_selecting_by_mc_resumes_only_with_the_mc_score_it_selected_by(fak
         return run(raw, tmp_path)
 
     train("trainer.epochs=1")
-    with pytest.raises(ConfigError, match=r"eval.samples: 3 -> 10"):
+    with pytest.raises(ConfigError, match=r"eval.samples: 3 -> 10") as refused:
         train("trainer.epochs=2", "eval.samples=10")
+    assert "init_from" not in str(refused.value)  # which sentiment runs do not take
     train("trainer.epochs=2", "eval.batch=1")  # how the passes are grouped is not the score
 
 

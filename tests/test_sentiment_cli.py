@@ -165,17 +165,19 @@ def test_train_returns_the_selection_score_for_a_sweeper(tmp_path, monkeypatch, 
 
     root = request.getfixturevalue("imdb_dir" if dataset == "imdb" else "scale_dir")
     cfg = composed(f"dataset={dataset}", *SMALL, "trainer.epochs=1", f"data.root={root}")
-    # Called in-process to see the return value, outside a Hydra run: give it the run's output dir.
-    runtime = SimpleNamespace(runtime=SimpleNamespace(output_dir=str(tmp_path)))
+    # Called in-process to see the return value, outside a Hydra run: give it the run's output dir and overrides.
+    runtime = SimpleNamespace(runtime=SimpleNamespace(output_dir=str(tmp_path)),
+                              overrides=SimpleNamespace(task=["trainer.epochs=1"]))
     monkeypatch.setattr(cli, "HydraConfig", SimpleNamespace(get=lambda: runtime))
     score = cli.train_command(cfg)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert isinstance(score, float) and score == metrics[f"best_valid_{selector}"]
+    assert (tmp_path / "overrides.yaml").read_text() == "- trainer.epochs=1\n"  # what `vdrnn report` reads
 
 
 @pytest.mark.parametrize("args,message", [
     (["cell=gru", "dropout=moon"], "dropout=moon cannot run on cell=gru"),
-    (["data.root=MISSING"], "lacks train.jsonl.gz, test.jsonl.gz"),
+    (["data.root=MISSING"], "holds none of train.jsonl.gz, test.jsonl.gz"),
 ])
 def test_clear_errors_without_traceback(tmp_path, args, message):
     args = [a.replace("MISSING", str(tmp_path)) for a in args]

@@ -35,12 +35,15 @@ def copy(src: Path, dst: Path) -> None:
 def load(path: str | Path) -> dict[str, Any]:
     path = Path(path).expanduser()
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist; pass the path of a last.pt or best.pt")
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise CheckpointError(f"checkpoint {path} {what}; pass the path of a last.pt or best.pt")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for truncated or foreign files
+        # An empty file (what a full disk can leave) raises an EOFError without a message.
+        reason = (str(err).splitlines() or ["the file ends early" if path.stat().st_size else "the file is empty"])[0]
         raise CheckpointError(
-            f"checkpoint {path} is unreadable ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
+            f"checkpoint {path} is unreadable ({type(err).__name__}: {reason[:200]}); "
             f"it is truncated or not a vdrnn checkpoint. To evaluate, use the run's other checkpoint "
             f"(checkpoint=<run>/best.pt or last.pt). Training continues only from a readable last.pt: if this is "
             f"a run's last.pt, move it aside and the run starts afresh in its folder, or start a new run in a new "

@@ -17,10 +17,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from vdrnn.config import eval_config, is_smoke, to_container
 from vdrnn.errors import VdrnnError
+from vdrnn.files import write_atomically
 
 CONFIG_PATH = "pkg://vdrnn.conf"
 log = logging.getLogger("vdrnn")
@@ -70,10 +71,14 @@ def task(data_name: str):
 @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base="1.3")
 def train_command(cfg: DictConfig) -> float | None:
     raw = to_container(cfg)
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        metrics = task(raw["data"]["name"]).run(raw, Path(HydraConfig.get().runtime.output_dir))
+        metrics = task(raw["data"]["name"]).run(raw, run_dir)
     except VdrnnError as err:
         _fail(err)
+    # The command line this run finished under, beside its metrics.json, for `vdrnn report`'s overrides column.
+    # Hydra's own record (.hydra/overrides.yaml) is rewritten by every start in the folder, a refused one too.
+    write_atomically(run_dir / "overrides.yaml", OmegaConf.to_yaml(list(HydraConfig.get().overrides.task)))
     # Returned so that a Hydra sweeper (e.g. Optuna) can minimise it: the score the run selected best.pt by,
     # best_valid_<selector> in metrics.json (ppl for PTB, nll for IMDB, rmse for scale, nll_mc or rmse_mc under
     # trainer.select=mc; lower is better).

@@ -25,3 +25,9 @@ def replaced_atomically(path: str | Path) -> Iterator[BinaryIO]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path``'s contents so that a crash leaves either the old file or the new one."""
+    with replaced_atomically(path) as f:
+        f.write(text.encode())

@@ -217,8 +217,10 @@ SENTIMENT_QUIET_OVERRIDES = (*QUIET_OVERRIDES, *(f"{key}=" for key in SENTIMENT_
 def run_overrides(run_dir: Path, quiet: tuple[str, ...]) -> list[str] | None:
     """The command-line overrides a run made to its preset, e.g. ``["trainer.clip=5"]``, so that a row which
     departs from the paper's settings says so, less those starting with one of ``quiet``; None where the run kept
-    no record. Hydra records them in ``.hydra/overrides.yaml``; results/ keeps a copy beside metrics.json."""
-    for path in (run_dir / ".hydra" / "overrides.yaml", run_dir / "overrides.yaml"):
+    no record. `vdrnn train` writes those it finished under beside metrics.json (``overrides.yaml``, which results/
+    keeps too); runs from before it did have Hydra's record, ``.hydra/overrides.yaml``, which any later start in the
+    folder rewrites, a refused one too."""
+    for path in (run_dir / "overrides.yaml", run_dir / ".hydra" / "overrides.yaml"):
         if path.exists():
             return [o for o in OmegaConf.load(path) if not o.startswith(quiet)]
     return None
@@ -332,7 +334,21 @@ def group_runs(runs: list[tuple[Path, dict[str, Any]]], identity: Callable[[dict
             row.curves.append([point(epoch) for epoch in read_jsonl(history)])
     for group in found.values():
         distinguish(group)
-    return [row for group in found.values() for row in group]
+    rows = [row for group in found.values() for row in group]
+    for row in rows:
+        warn_of_repeated_seeds(row)
+    return rows
+
+
+def warn_of_repeated_seeds(row: Row) -> None:
+    """Two runs of one seed in a row are a rerun, not two seeds: its ± would understate the spread."""
+    seeds = [(run.get("config") or {}).get("seed") for run in row.runs]
+    repeated = sorted({seed for seed in seeds if seed is not None and seeds.count(seed) > 1})
+    if repeated:
+        folders = ", ".join(str(d) for d, seed in zip(row.dirs, seeds, strict=True) if seed in repeated)
+        print(f"warning: row {row.label!r} holds seed {', '.join(map(str, repeated))} more than once ({folders}); "
+              f"reruns of a seed are not other seeds, so its mean ± std is not over seeds: report one run of each",
+              file=sys.stderr)
 
 
 def mean_std(values: list[float], digits: int = 1, runs: int | None = None) -> str:

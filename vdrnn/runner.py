@@ -31,8 +31,9 @@ from vdrnn import checkpoint
 from vdrnn.config import is_smoke, key_among, option_defaults
 from vdrnn.dropout import weights_of
 from vdrnn.errors import CheckpointError, ConfigError, TrainingDiverged
+from vdrnn.files import write_atomically
 from vdrnn.optim import WeightAverage, finish_update, make_optimizer, swapped_weights
-from vdrnn.tracking import RunLogger, flatten, read_jsonl, write_atomically
+from vdrnn.tracking import RunLogger, flatten, read_jsonl
 
 log = logging.getLogger("vdrnn")
 
@@ -150,7 +151,8 @@ class TrainWindow:
 # starts a run (a resume restores its own weights). Any other change would make the checkpoint's state belong to
 # another experiment.
 RESUMABLE_CHANGES = ("resume", "checkpoint", "init_from", "device", "paper", "data.root", "data.eval_batch_size",
-                     "data.test_batch_size", "model.impl", "trainer.epochs", "trainer.max_minutes", "trainer.progress",
+                     "data.test_batch_size", "model.impl", "trainer.epochs", "trainer.max_steps", "trainer.max_minutes",
+                     "trainer.progress",
                      "trainer.log_every", "trainer.lr", "trainer.clip", "trainer.amp", "trainer.cuda_graph", "eval")
 
 
@@ -174,8 +176,10 @@ def check_resumable(saved: dict[str, Any], now: dict[str, Any], path: Path,
                      if before[k] != after[k] and (not key_among(k, RESUMABLE_CHANGES) or key_among(k, fixed)))
     if changed:
         diff = ", ".join(f"{k}: {before[k]!r} -> {after[k]!r}" for k in changed)
+        # init_from starts a new run from a checkpoint's weights; sentiment runs do not take it.
+        weights = " (init_from=<checkpoint> starts from its weights)" if saved.get("data", {}).get("name") == "ptb" else ""
         raise ConfigError(f"cannot resume {path} with other settings ({diff}). Resume with the run's own settings, "
-                          f"or start a new run in a new output dir (init_from=<checkpoint> starts from its weights)")
+                          f"or start a new run in a new output dir{weights}")
 
 
 class EpochTrainer:
@@ -461,6 +465,10 @@ class EpochTrainer:
             while (self.epoch < cfg.trainer.epochs and not self.step_cap_reached() and not self.stopped_early()
                    and not self.time_limit_reached()):
                 self.run_epoch(logger)
+            if self.step_cap_reached() and self.epoch < cfg.trainer.epochs:
+                log.info("stopped at step %d, trainer.max_steps (the whole run's cap, for smoke runs): epoch %d of %d is "
+                         "the last; raise or drop the cap and rerun the command to continue", self.step, self.epoch,
+                         cfg.trainer.epochs)
             metrics = self.test(logger)
         finally:
             logger.close()

@@ -15,7 +15,7 @@ from typing import Any
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
-from vdrnn.files import replaced_atomically
+from vdrnn.files import write_atomically
 
 log = logging.getLogger("vdrnn")
 
@@ -85,9 +85,3 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
                 raise
             log.warning("%s: skipping its last line, cut short (%r)", path, line[:80])
     return records
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path``'s contents so that a crash leaves either the old file or the new one."""
-    with replaced_atomically(path) as f:
-        f.write(text.encode())

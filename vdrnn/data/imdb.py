@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from vdrnn.data import require_files
 from vdrnn.errors import DataError
 
 SPLITS = ("train", "test")
@@ -51,9 +52,7 @@ def load(root: str | None) -> dict[str, list[Review]]:
 
 
 def _read_folder(folder: Path, origin: str) -> dict[str, list[Review]]:
-    missing = [f for f in file_names() if not (folder / f).is_file()]
-    if missing:
-        raise DataError(f"{origin}: {folder} lacks {', '.join(missing)}; it must hold {', '.join(file_names())}")
+    require_files(folder, file_names(), origin, "imdb")
     splits = {}
     for split in SPLITS:
         path = folder / f"{split}.jsonl.gz"

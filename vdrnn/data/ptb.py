@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from vdrnn.data import require_files
 from vdrnn.errors import DataError
 
 SPLITS = ("train", "valid", "test")
@@ -42,13 +43,13 @@ def resolve_dir(root: str | None) -> Path:
     """Find a folder holding ptb.{train,valid,test}.txt, downloading only as the last resort."""
     if root:
         folder = Path(root).expanduser()
-        _require_files(folder, f"data.root={root}")
+        require_files(folder, file_names(), f"data.root={root}", "ptb")
         return folder
     env = os.environ.get("VDRNN_DATA_DIR")
     if env:
         folder = Path(env).expanduser() / "ptb"
         if folder.is_dir():  # a ptb folder there is meant to be used: a missing file in it is an error, not a skip
-            _require_files(folder, "$VDRNN_DATA_DIR/ptb")
+            require_files(folder, file_names(), "$VDRNN_DATA_DIR/ptb", "ptb")
             return folder
     cache = Path.home() / ".cache" / "vdrnn" / "ptb"
     if all((cache / f).is_file() for f in file_names()):
@@ -62,12 +63,6 @@ def resolve_dir(root: str | None) -> Path:
             f"in {where}, or pass data.root=/path/to/folder."
         ) from err
     return cache
-
-
-def _require_files(folder: Path, origin: str) -> None:
-    missing = [f for f in file_names() if not (folder / f).is_file()]
-    if missing:
-        raise DataError(f"{origin}: {folder} lacks {', '.join(missing)}; it must hold {', '.join(file_names())}")
 
 
 def _download(folder: Path) -> None:
