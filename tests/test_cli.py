@@ -95,6 +95,7 @@ def test_eval_command_reproduces_the_weight_scaling_numbers(ptb_run, ptb_dir):
     # The same weights and data in another process, with the same TF32 setting on CUDA (without it, 1.5e-5 apart).
     assert evaluated["test_ppl"] == pytest.approx(trained["test_ppl"], rel=1e-6)
     assert "test_ppl_mc" not in evaluated and '"valid_ppl"' in result.stdout
+    assert f"written to {run.parent / 'eval' / 'eval.json'}" in result.stdout and '"config"' not in result.stdout
     # eval.json says what it ran: the run's settings with the command line's evaluation mode and data cap
     assert evaluated["config"]["eval"]["mode"] == "scale" and evaluated["config"]["data"]["eval_max_tokens"] == 1500
     assert evaluated["config"]["model"] == trained["config"]["model"] and evaluated["device"]

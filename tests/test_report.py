@@ -240,6 +240,15 @@ def test_a_cell_says_over_how_many_runs_when_some_did_not_log_its_metric(tmp_pat
     assert row["MC test"] == "80.0 (n=1)" and row["test"] == "81.0 ± 1.0"
 
 
+def test_a_row_with_a_smoke_run_says_so(tmp_path):
+    runs = tmp_path / "runs"
+    fake_ptb_run(runs / "s1", 1, [])
+    metrics = json.loads((runs / "s1" / "metrics.json").read_text())
+    (runs / "s1" / "metrics.json").write_text(json.dumps({**metrics, "smoke": True}))
+    [row] = ptb_rows(tmp_path)
+    assert row["row"] == "variational (smoke)"
+
+
 def test_a_rerun_of_a_seed_is_named_in_a_warning(tmp_path, capsys):
     runs = tmp_path / "runs"
     fake_ptb_run(runs / "first", 1, [])

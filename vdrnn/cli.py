@@ -106,7 +106,11 @@ def eval_command(cfg: DictConfig) -> None:
         _fail(err)
     out = Path(HydraConfig.get().runtime.output_dir) / "eval.json"
     out.write_text(json.dumps(metrics, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in metrics.items() if k != "config"}, indent=2))
+    # The numbers on the terminal; the config and the reliability diagrams' bins only in the file.
+    print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, dict) and not
+                      (isinstance(v, list) and len(v) > 2)}, indent=2))
+    print(f"written to {out}, with the reliability bins and the config it ran" if "test_reliability" in metrics
+          else f"written to {out}, with the config it ran")
 
 
 COMMANDS = {"train": train_command, "eval": eval_command}

@@ -59,8 +59,10 @@ class Row:
 
     @property
     def label(self) -> str:
-        """The table's name of the row: its name, and its setting where rows share that name (see distinguish)."""
-        return f"{self.name} [{self.setting}]" if self.setting else self.name
+        """The table's name of the row: its name, its setting where rows share that name (see distinguish), and
+        ``(smoke)`` where a run of it was a smoke run (capped steps or data: its numbers are not results)."""
+        smoke = " (smoke)" if any(run.get("smoke") for run in self.runs) else ""
+        return (f"{self.name} [{self.setting}]" if self.setting else self.name) + smoke
 
     @property
     def overrides(self) -> str:
