@@ -249,6 +249,16 @@ def test_a_row_with_a_smoke_run_says_so(tmp_path):
     assert row["row"] == "variational (smoke)"
 
 
+def test_a_row_is_a_smoke_row_when_any_one_of_its_seeds_is(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        fake_ptb_run(runs / f"s{seed}", seed, [])
+    metrics = json.loads((runs / "s2" / "metrics.json").read_text())
+    (runs / "s2" / "metrics.json").write_text(json.dumps({**metrics, "smoke": True}))
+    [row] = ptb_rows(tmp_path)
+    assert row["row"] == "variational (smoke)" and row["seeds"] == "3"
+
+
 def test_a_rerun_of_a_seed_is_named_in_a_warning(tmp_path, capsys):
     runs = tmp_path / "runs"
     fake_ptb_run(runs / "first", 1, [])

@@ -78,6 +78,14 @@ def test_calibration_table_says_per_run_which_evaluation_is_the_better_calibrate
     assert "calibration, MC dropout against weight scaling" in text
 
 
+def test_the_mc_ece_floor_column_is_the_mc_predictions_floor(tmp_path):
+    calibrated_run(tmp_path / "runs" / "a", 1, 0.019, 0.007, [-0.017, -0.008])  # floors 0.004, MC 0.0045
+    report.write_report([tmp_path / "runs"], tmp_path / "out")
+    with open(tmp_path / "out" / "imdb_calibration.csv") as f:
+        [line] = csv.DictReader(f)
+    assert (line["ECE floor"], line["MC ECE floor"]) == ("0.0040", "0.0045")
+
+
 def test_sentiment_rows_that_differ_in_dropout_stay_apart(tmp_path):
     runs = tmp_path / "runs"
     fake_run(runs / "a", "imdb", "lstm", "variational", "tied", 1, 0.85, p=0.5)
@@ -177,6 +185,20 @@ def test_every_curve_of_a_crowded_panel_looks_different():
     looks = [(line.get_color(), line.get_linestyle()) for line in ax.get_lines()]
     plt.close(fig)
     assert len(set(looks)) == 12
+
+
+def test_a_mean_curve_averages_the_epochs_every_seed_reached():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    report.plot_mean_curve(ax, [[1.0, 2.0, 3.0], [3.0, 4.0]], "line")
+    [line] = ax.get_lines()
+    plt.close(fig)
+    assert list(line.get_xdata()) == [1, 2] and list(line.get_ydata()) == [2.0, 3.0]
+    assert line.get_label() == "line (n=2)"
 
 
 def test_a_run_joins_a_row_only_if_it_is_the_same_experiment_as_every_run_there(tmp_path):

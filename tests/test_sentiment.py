@@ -50,6 +50,15 @@ def test_vocabulary_is_most_frequent_first_with_pad_and_unk():
     assert to_ids([["a", "zzz"], []], vocab) == [[3, UNK_ID], [UNK_ID]]
 
 
+def test_a_tag_between_two_words_separates_them():
+    assert tokenize("one<br />two") == ["one", "two"]  # not "onetwo"
+
+
+def test_vocabulary_breaks_frequency_ties_by_first_appearance():
+    # Every word twice: z, m, a in the order first seen, not alphabetical; the size keeps the first two.
+    assert build_vocab([["z", "m", "a"], ["a", "m", "z"]], size=4) == ["<pad>", UNK, "z", "m"]
+
+
 def test_pad_keeps_the_last_tokens_and_chunks_cover_everything():
     tokens, lengths = pad([[1, 2, 3, 4, 5], [7]], max_length=3)
     assert tokens.tolist() == [[3, 4, 5], [7, PAD_ID, PAD_ID]] and lengths.tolist() == [3, 1]
@@ -77,6 +86,20 @@ def test_vocabulary_comes_from_training_reviews_only(fake_imdb):
     # "Review {i}": each training-file review has a number of its own; the 10 held out for validation keep theirs
     # out of the vocabulary too.
     assert sum(word.isdigit() for word in task.vocab) == 30
+
+
+def test_a_smoke_runs_test_subset_holds_both_labels_of_a_file_sorted_by_label(tmp_path):
+    """data.limit takes a shuffled subset of the test reviews, not the file's first ones: IMDB's files are sorted by
+    label, so the first N would all be negative."""
+    for split in ("train", "test"):
+        with gzip.open(tmp_path / f"{split}.jsonl.gz", "wt", encoding="utf-8") as f:
+            for i in range(80):
+                label = int(i >= 40)  # 40 negative reviews, then 40 positive ones
+                f.write(json.dumps({"id": i, "rating": 8 if label else 2, "label": label, "file": "",
+                                    "text": f"review {i} {'good' if label else 'bad'}"}) + "\n")
+    task = load_task(SentimentDataConfig(root=str(tmp_path), valid_fraction=0.25, limit=20))
+    assert len(task.test) == 20
+    assert 5 <= task.test.targets.sum().item() <= 15  # measured: 11 positive
 
 
 def test_the_validation_split_is_fixed_by_split_seed_alone(fake_imdb):
@@ -236,6 +259,15 @@ def test_a_calibrated_predictor_scores_the_floor_and_a_miscalibrated_one_far_abo
     assert expected_calibration_error(softened, labels) > 5 * ece_floor(softened)
     # More examples, less sampling noise: the floor falls like 1/sqrt(N).
     assert ece_floor(binary_predictor(2_500, 1.0, 0)[0]) == pytest.approx(floor * 10 ** 0.5, rel=0.25)
+
+
+def test_the_ece_floor_reads_the_confidence_of_either_class():
+    """The floor depends on how sure each prediction is, not on which class it names: swapping the classes of two-class
+    probabilities leaves it as it was."""
+    g = torch.Generator().manual_seed(0)
+    positive = torch.rand(500, generator=g, dtype=torch.float64)
+    probs = torch.stack([1 - positive, positive], dim=1)  # either class the more likely, about half the time each
+    assert ece_floor(probs) == pytest.approx(ece_floor(probs.flip(1)), rel=1e-12)
 
 
 def test_ece_difference_tells_the_better_calibrated_of_two_predictors_of_the_same_reviews():
@@ -440,6 +472,33 @@ def test_a_model_learns_reviews_whose_label_is_one_word_before_the_end(fake_imdb
     assert metrics["test_nll"] < 0.2
 
 
+def test_the_final_mc_test_runs_with_the_eval_settings(fake_imdb, tmp_path, monkeypatch):
+    """eval.samples, eval.batch, eval.word_dropout and data.eval_batch_size reach predict_mc for the test reviews."""
+    import inspect
+
+    from conftest import composed
+
+    from vdrnn.config import to_container
+    from vdrnn.sentiment import predict as predict_module
+    from vdrnn.sentiment import run
+
+    calls, real = [], predict_module.predict_mc
+
+    def spy(*args, **kwargs):
+        calls.append(inspect.signature(real).bind(*args, **kwargs).arguments)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(predict_module, "predict_mc", spy)
+    raw = to_container(composed("dataset=imdb", "dropout=variational", f"data.root={fake_imdb}", "model.hidden_size=8",
+                                "data.batch_size=8", "data.valid_fraction=0.25", "data.eval_batch_size=7",
+                                "trainer.epochs=1", "eval=mc", "eval.samples=3", "eval.batch=2", "eval.word_dropout=true",
+                                "trainer.progress=false", "device=cpu"))
+    run(raw, tmp_path)
+    [call] = calls  # trainer.select=scale: the final test alone is MC
+    assert len(call["split"]) == 40  # the test reviews
+    assert (call["samples"], call["samples_per_pass"], call["batch_size"], call["word_dropout"]) == (3, 2, 7, True)
+
+
 def test_mc_regression_side_by_side_equals_one_pass_at_a_time_in_expectation():
     # Copies of a review run side by side must each draw their own masks: if they shared one, the side-by-side
     # average would be a single draw, as far from the expectation as the sequential average's spread times sqrt(K).
@@ -546,3 +605,123 @@ def test_a_confident_mistake_costs_its_log_probability_not_the_clamp():
 
     probs = readout(torch.tensor([[110.0, 0.0]]), CLASSIFICATION)
     assert classification_metrics(probs, torch.tensor([1]))["nll"] == pytest.approx(110.0, rel=1e-9)
+
+
+def test_mc_validation_scores_the_validation_reviews(fake_imdb, tmp_path):
+    """trainer.select=mc with every dropout probability 0: an MC pass is the weight-scaling pass, so each epoch's
+    valid_nll_mc is its valid_nll (and not the test reviews' NLL)."""
+    from conftest import composed, history
+
+    from vdrnn.config import to_container
+    from vdrnn.sentiment import run
+
+    raw = to_container(composed("dataset=imdb", "dropout=variational", f"data.root={fake_imdb}", "model.hidden_size=8",
+                                "data.batch_size=8", "data.valid_fraction=0.25", "trainer.epochs=2", "trainer.lr=0.05",
+                                "dropout.embedding=0", "dropout.input=0", "dropout.recurrent=0", "dropout.output=0",
+                                "eval=mc", "eval.samples=2", "eval.batch=2", "trainer.select=mc",
+                                "trainer.progress=false", "device=cpu"))
+    run(raw, tmp_path)
+    for record in history(tmp_path):
+        assert record["valid_nll_mc"] == pytest.approx(record["valid_nll"], rel=1e-6)
+        assert record["valid_nll"] != pytest.approx(record["test_nll"], rel=1e-5)  # the two splits tell apart
+
+
+def test_the_per_epoch_test_curve_scores_the_test_reviews(fake_imdb, tmp_path):
+    """One epoch without a weight average: best.pt holds that epoch's weights, so the final test (metrics.json) and
+    the epoch's point of the test curve (metrics.jsonl) are the same numbers."""
+    from conftest import composed, history
+
+    from vdrnn.config import to_container
+    from vdrnn.sentiment import run
+
+    raw = to_container(composed("dataset=imdb", "dropout=variational", f"data.root={fake_imdb}", "model.hidden_size=8",
+                                "data.batch_size=8", "data.valid_fraction=0.25", "trainer.epochs=1", "trainer.lr=0.01",
+                                "trainer.ema=0", "eval=scale", "trainer.progress=false", "device=cpu"))
+    metrics = run(raw, tmp_path)
+    [epoch] = history(tmp_path)
+    for key in ("nll", "accuracy", "ece", "entropy"):
+        assert epoch[f"test_{key}"] == metrics[f"test_{key}"], key
+    assert epoch["test_nll"] != epoch["valid_nll"]  # the two splits tell apart
+
+
+def record_training_batches(monkeypatch) -> list:
+    """The minibatches SentimentTrainer trains on, in the order it draws them (a spy on its ``minibatches``)."""
+    from vdrnn.sentiment import trainer
+
+    drawn, minibatches = [], trainer.minibatches
+
+    def recording(*args, **kwargs):
+        for batch in minibatches(*args, **kwargs):
+            drawn.append(batch)
+            yield batch
+
+    monkeypatch.setattr(trainer, "minibatches", recording)
+    return drawn
+
+
+def test_the_scale_loss_is_the_mse_of_the_ratings_plus_the_kl_term_of_learned_noise(fake_scale, tmp_path,
+                                                                                       monkeypatch):
+    """Every optimizer step of a scale run minimises the mean squared error of the standardised ratings, plus, with
+    dropout.learn_alpha, Kingma's KL term: kl_weight * KL / (training chunks)."""
+    from conftest import composed
+
+    from vdrnn.config import to_container
+    from vdrnn.sentiment import trainer as sentiment_trainer
+    from vdrnn.sentiment.config import from_dict
+
+    raw = to_container(composed("dataset=scale", "dropout=gaussian", "dropout.learn_alpha=true",
+                                "dropout.kl_weight=0.5", f"data.root={fake_scale}", "data.max_length=4",
+                                "model.hidden_size=8", "data.batch_size=8", "trainer.epochs=1", "eval=scale",
+                                "trainer.progress=false", "device=cpu"))
+    trainer = sentiment_trainer.SentimentTrainer(from_dict(raw), tmp_path, raw)
+    batches, outputs, steps = record_training_batches(monkeypatch), [], []
+    model, forward, optimizer_step = trainer.model, trainer.model.forward, trainer.optimizer_step
+
+    def recorded_forward(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        outputs.append(out.detach().clone())
+        return out
+
+    def recorded_step(loss):
+        targets = batches[-1][2]
+        mse = (outputs[-1].squeeze(-1) - targets).square().mean()
+        kl = 0.5 * model.noise_scales.kl().detach() / len(trainer.task.train)
+        steps.append((loss.detach().clone(), mse, kl))
+        return optimizer_step(loss)
+
+    model.forward, trainer.optimizer_step = recorded_forward, recorded_step
+    trainer.fit()
+    assert len(steps) == trainer.steps_per_epoch() > 1
+    for loss, mse, kl in steps:
+        assert kl > 0.01 * mse  # a term the comparison would notice missing
+        assert loss.item() == pytest.approx((mse + kl).item(), rel=1e-5)
+
+
+def test_the_training_reviews_are_reshuffled_every_epoch_and_the_seed_fixes_the_order(fake_imdb, tmp_path,
+                                                                                      monkeypatch):
+    from conftest import composed
+
+    from vdrnn.config import to_container
+    from vdrnn.sentiment.config import from_dict
+    from vdrnn.sentiment.trainer import SentimentTrainer
+
+    raw = to_container(composed("dataset=imdb", "dropout=variational", f"data.root={fake_imdb}", "model.hidden_size=8",
+                                "data.batch_size=8", "data.valid_fraction=0.25", "trainer.epochs=2", "eval=scale",
+                                "trainer.progress=false", "device=cpu"))
+    drawn = record_training_batches(monkeypatch)
+
+    def orders(folder: str) -> tuple[list, list[list]]:
+        """The training reviews in file order, and in the order each epoch read them (a review: its tokens)."""
+        drawn.clear()
+        trainer = SentimentTrainer(from_dict(raw), tmp_path / folder, raw)
+        trainer.fit()
+        train = trainer.task.train
+        in_file = [tuple(train.tokens[i, : train.lengths[i]].tolist()) for i in range(len(train))]
+        read = [tuple(tokens[: n, b].tolist()) for tokens, lengths, _ in drawn for b, n in enumerate(lengths.tolist())]
+        return in_file, [read[: len(train)], read[len(train) :]]
+
+    in_file, (first, second) = orders("a")
+    assert len(set(in_file)) == len(in_file) == 30  # every review tells itself apart
+    assert sorted(first) == sorted(second) == sorted(in_file)  # each epoch reads every review once
+    assert first != in_file and second != first
+    assert orders("b") == (in_file, [first, second])  # the same seed, the same shuffles
