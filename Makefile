@@ -2,7 +2,7 @@
 PYTHON ?= python3
 ARGS ?=
 
-.PHONY: help install test test-unit lint train sweep tensorboard bench reproduce-medium reproduce-large
+.PHONY: help install test test-unit lint train sweep tensorboard bench tables reproduce-medium reproduce-large
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -31,6 +31,9 @@ tensorboard: ## compare runs: make tensorboard LOGDIR=multirun/2026-11-26
 
 bench: ## time a training step against cuDNN (needs CUDA)
 	$(PYTHON) scripts/bench.py $(ARGS)
+
+tables: ## rewrite every table under results/ from its committed runs (ARGS=--check: compare only)
+	$(PYTHON) scripts/tables.py $(ARGS)
 
 reproduce-medium: ## every Table 1 row, medium model, 2 seeds (ARGS="--gpus 0 1 -- trainer.amp=bf16": GPUs, then overrides); rerun to resume; report in runs/ptb-medium/report
 	$(PYTHON) scripts/reproduce.py --size medium --seeds 1 2 $(ARGS)
