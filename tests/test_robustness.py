@@ -135,3 +135,44 @@ def test_mc_perplexity_of_a_very_poor_model_is_inf_not_an_overflow():
 def test_an_unknown_device_is_refused_with_the_choices():
     with pytest.raises(ConfigError, match="device='gpu' is not a device: choose auto, cpu or cuda"):
         resolve_device("gpu")
+
+
+@pytest.mark.parametrize("write", ["save", "copy"])
+def test_a_checkpoint_write_that_fails_midway_keeps_the_last_good_checkpoint(tmp_path, last_pt, monkeypatch, write):
+    import shutil
+
+    path = tmp_path / "last.pt"
+    path.write_bytes(last_pt.read_bytes())
+    good = path.read_bytes()
+    payload = checkpoint.load(last_pt)
+
+    def full_disk(_, f, *args, **kwargs):
+        f.write(b"half a checkpoint")
+        raise OSError("No space left on device")
+
+    if write == "save":
+        monkeypatch.setattr(torch, "save", full_disk)
+        with pytest.raises(OSError):
+            checkpoint.save(payload, path)
+    else:
+        monkeypatch.setattr(shutil, "copyfileobj", full_disk)
+        with pytest.raises(OSError):
+            checkpoint.copy(last_pt, path)
+    assert path.read_bytes() == good and list(tmp_path.iterdir()) == [path]
+
+
+@pytest.mark.parametrize("content,reason", [
+    ({"model": {}, "config": {}, "code": torch.nn.Identity()}, "is unreadable"),  # unpickling would import code
+    ({"weights": torch.zeros(2)}, "is not a vdrnn checkpoint"),
+], ids=["pickled-object", "foreign-dict"])
+def test_a_file_that_is_no_plain_vdrnn_checkpoint_is_refused(tmp_path, content, reason):
+    path = tmp_path / "last.pt"
+    torch.save(content, path)
+    with pytest.raises(CheckpointError, match=f"checkpoint {path} {reason}"):
+        checkpoint.load(path)
+
+
+def test_a_checkpoint_of_another_model_size_is_refused_with_the_fix(tmp_path, tiny_corpus, last_pt):
+    model = trainer(tmp_path, tiny_corpus, "model.hidden_size=8").model  # last_pt: hidden_size=16
+    with pytest.raises(CheckpointError, match=f"checkpoint {last_pt} does not fit this model .*another model size"):
+        checkpoint.load_model_state(model, checkpoint.load(last_pt), last_pt)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from conftest import composed, history
@@ -180,7 +182,7 @@ def test_a_checkpoint_of_another_vocabulary_is_refused_to_start_from_and_to_resu
 def test_weight_average_is_the_bias_corrected_exponential_average_of_the_iterates():
     from vdrnn.optim import WeightAverage
 
-    w = torch.nn.Parameter(torch.zeros(3))
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))  # not the zeros the running sums start at
     average, decay, seen = WeightAverage([w], decay=0.9), 0.9, []
     assert torch.equal(average.averages()[0], w)  # nothing averaged yet: the weights themselves
     for step in range(1, 6):
@@ -233,6 +235,7 @@ def test_graphed_steps_keep_the_ema_average_as_eager_steps_do(tmp_path, tiny_cor
 @pytest.mark.parametrize("override,message", [
     ("trainer.ema=1.0", r"trainer.ema=1.0 is the decay .* \[0, 1\)"),
     ("trainer.optimizer=asgd", "trainer.optimizer=asgd already validates averaged weights"),
+    ("trainer.optimizer=ntasgd", "trainer.optimizer=ntasgd already validates averaged weights"),
 ])
 def test_ema_values_that_cannot_work_are_refused(tmp_path, tiny_corpus, override, message):
     from vdrnn.errors import ConfigError
@@ -401,3 +404,108 @@ def test_the_test_passes_the_mc_settings_to_mc_perplexity(tmp_path, tiny_corpus,
     assert got["model"] is t.model and torch.equal(got["stream"], t.corpus.test)
     assert (got["samples"], got["batch"], got["bptt"]) == (3, 2, 6)
     assert got["word_dropout"] is word_dropout and got["masks"] == masks and got.get("amp", "off") == amp
+
+
+# ----------------------------------------------------------------------------- the epoch loop
+def recording_steps(t: LanguageModelTrainer) -> list[tuple[float, int, float]]:
+    """Wrap ``t.train_step`` to record each eager step's (mean NLL, target tokens, lr)."""
+    seen, step = [], t.train_step
+
+    def recording(inputs, targets, state, lr):
+        out = step(inputs, targets, state, lr)
+        seen.append((out[0].item(), targets.numel(), lr))
+        return out
+
+    t.train_step = recording
+    return seen
+
+
+def test_the_epochs_training_loss_is_the_token_weighted_mean_of_its_steps_read_every_log_every(tmp_path,
+                                                                                              tiny_corpus):
+    from conftest import events_of
+
+    t = trainer(tmp_path, tiny_corpus, "trainer.epochs=1", "trainer.log_every=7", "trainer.progress=false")
+    seen = recording_steps(t)
+    t.fit()
+    n = len(seen)
+    assert n % 7 and len({tokens for _, tokens, _ in seen}) > 1  # a last, shorter window and minibatch
+    expected = sum(loss * tokens for loss, tokens, _ in seen) / sum(tokens for _, tokens, _ in seen)
+    assert history(tmp_path)[0]["train_loss"] == pytest.approx(expected, rel=1e-9)
+    # train/loss: one point per trainer.log_every steps, and one for the epoch's last, partial window
+    events = events_of(tmp_path)
+    assert [e.step for e in events.Scalars("train/loss")] == [*range(7, n + 1, 7), n]
+    # best/* once per epoch, at its last step; the final test one step later
+    assert [e.step for e in events.Scalars("best/valid_ppl")] == [n] and [e.step for e in events.Scalars("test/ppl")] == [n + 1]
+
+
+def test_each_epoch_trains_at_its_scheduled_lr(tmp_path, tiny_corpus):
+    t = trainer(tmp_path, tiny_corpus, "trainer.epochs=2", "trainer.lr=1", "trainer.lr_decay=2",
+                "trainer.lr_decay_start=0", "trainer.progress=false")
+    seen = recording_steps(t)
+    t.fit()
+    assert [r["lr"] for r in history(tmp_path)] == [1.0, 0.5]  # lr_at(1), lr_at(2)
+    steps = history(tmp_path)[0]["step"]
+    assert {lr for _, _, lr in seen[:steps]} == {1.0} and {lr for _, _, lr in seen[steps:]} == {0.5}
+
+
+
+def test_a_nan_training_loss_stops_the_run_at_its_read_before_any_checkpoint(tmp_path, tiny_corpus):
+    from vdrnn.errors import TrainingDiverged
+
+    t = trainer(tmp_path, tiny_corpus, "trainer.epochs=1", "trainer.log_every=3", "trainer.progress=false")
+    step = t.train_step
+
+    def diverging(inputs, targets, state, lr):  # the weights stay finite: only the reported loss diverges
+        nll, grad_norm, state = step(inputs, targets, state, lr)
+        return (nll * math.nan if t.step == 4 else nll), grad_norm, state
+
+    t.train_step = diverging
+    with pytest.raises(TrainingDiverged, match="diverged in epoch 1: training loss is nan at step 6.*before its "
+                                               "first checkpoint"):
+        t.fit()
+    assert not any((tmp_path / name).exists() for name in ("last.pt", "best.pt", "metrics.jsonl"))
+
+
+def test_max_minutes_counts_minutes_and_a_run_that_ran_all_its_epochs_is_not_time_limited(tmp_path, tiny_corpus):
+    t = trainer(tmp_path, tiny_corpus, "trainer.epochs=1", "trainer.max_minutes=2", "trainer.progress=false")
+    t.run_seconds = 119.0
+    assert not t.time_limit_reached()
+    t.run_seconds = 120.0
+    assert t.time_limit_reached()
+    # The budget ran out in the last epoch: the epochs, not the time limit, ended the run.
+    metrics = trainer(tmp_path, tiny_corpus, "trainer.epochs=1", "trainer.max_minutes=1e-6",
+                      "trainer.progress=false").fit()
+    assert metrics["epochs"] == 1 and not metrics["time_limited"]
+
+
+def test_a_step_clips_the_global_gradient_norm_to_trainer_clip(tmp_path, tiny_corpus):
+    lr, clip = 0.5, 0.01
+    t = trainer(tmp_path, tiny_corpus, f"trainer.clip={clip}")
+    before = [p.detach().clone() for p in t.model.parameters()]
+    _, grad_norm, _ = t.train_step(t.train_data[:6], t.train_data[1:7], t.model.initial_state(4, "cpu"), lr=lr)
+    assert grad_norm.item() > 100 * clip  # the norm reported is the one before clipping
+    moved = torch.sqrt(sum((p.detach() - b).pow(2).sum() for p, b in zip(t.model.parameters(), before, strict=True)))
+    assert moved.item() == pytest.approx(lr * clip, rel=1e-4)  # plain SGD: the step is lr times the clipped gradient
+
+
+@pytest.mark.parametrize("optimizer,averaging", [("asgd", False), ("ntasgd", True)])
+def test_averaged_sgd_takes_plain_sgd_steps_and_averages_the_iterates(optimizer, averaging):
+    """Merity et al.'s ASGD (t0=0, lambd=0), from the start or after NT-ASGD's switch: the weights move as under SGD,
+    and the averages it validates are the running mean of the iterates, not the last one."""
+    from vdrnn.config import TrainerConfig
+    from vdrnn.optim import make_optimizer
+
+    model = torch.nn.Linear(3, 1, bias=False)
+    w = model.weight
+    with torch.no_grad():
+        w.zero_()
+    opt = make_optimizer(model, TrainerConfig(optimizer=optimizer, lr=1.0), averaging=averaging)
+    assert isinstance(opt, torch.optim.ASGD)
+    seen = []
+    for step in range(1, 5):
+        w.grad = torch.full_like(w, -float(step))
+        opt.step()
+        seen.append(w.detach().clone())
+        torch.testing.assert_close(w.detach(), torch.full_like(w, step * (step + 1) / 2))  # w - lr * grad
+        # torch's ASGD with t0=0 (Merity et al.'s reference uses it so): the mean of the iterates from the second on
+        torch.testing.assert_close(opt.state[w]["ax"], torch.stack(seen[1:] or seen).mean(0))
