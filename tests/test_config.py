@@ -216,6 +216,8 @@ def test_lr_schedule_matches_zaremba_medium():
     ("seed=abc", "seed='abc' must be an integer"),
     ("trainer.epochs=abc", "trainer.epochs='abc' must be an integer"),
     ("trainer.lr=true", "trainer.lr=True must be a number"),
+    # YAML reads a bare off as false: `amp: off` in a preset file arrives as False.
+    ("trainer.amp=false", r'trainer.amp=False must be a string \(in a YAML file, quote it: "off"\)'),
     ("trainer.max_minutes=soon", "trainer.max_minutes='soon' must be a number or null"),
     ("eval.word_dropout=1", "eval.word_dropout=1 must be true or false"),
     ("dataset=imdb data.max_length=long", "data.max_length='long' must be an integer"),
@@ -223,6 +225,15 @@ def test_lr_schedule_matches_zaremba_medium():
     ("trainer.clip=nan", r"trainer.clip=nan must be > 0"),
     ("trainer.weight_decay=-1e-4", r"trainer.weight_decay=-0.0001 must be >= 0"),
     ("trainer.log_every=0", "trainer.log_every=0 must be at least 1"),
+    ("trainer.lr=0", "trainer.lr=0 must be > 0"),
+    ("trainer.max_steps=0", "trainer.epochs and trainer.max_steps must be at least 1"),
+    ("trainer.max_minutes=nan", "trainer.max_minutes=nan must be positive"),
+    ("trainer.nonmono=0", "trainer.nonmono >= 1"),
+    ("trainer.tar=-1", "trainer.tar >= 0"),
+    ("data.test_batch_size=0", "data.test_batch_size=0 must be at least 1"),
+    ("data.eval_max_tokens=1", "data.eval_max_tokens=1 must be at least 2 tokens"),
+    ("+trainer.lr_warmup=5", r"unknown key\(s\) trainer.lr_warmup; known: .*lr_decay"),
+    ("trainer.epochs=null", "trainer.epochs=None must be an integer"),
     ("trainer.select=best", "trainer.select='best'; choose `scale`"),
     ("trainer.select=mc eval=mc", "a language model keeps the epoch of best weight-scaling validation perplexity"),
     ("dataset=imdb trainer.select=mc", r"trainer.select=mc picks best.pt by the MC-dropout validation score.*add eval=mc"),
@@ -230,6 +241,14 @@ def test_lr_schedule_matches_zaremba_medium():
 def test_bad_values_are_refused_with_the_fix(override, message):
     with pytest.raises(ConfigError, match=message):
         validated(composed(*override.split()))
+
+
+def test_a_step_cap_or_capped_data_makes_a_smoke_run():
+    from vdrnn.config import is_smoke
+
+    assert not is_smoke(to_container(composed()))
+    for override in ("trainer.max_steps=5", "data.eval_max_tokens=1000", "dataset=imdb data.limit=100"):
+        assert is_smoke(to_container(composed(*override.split()))), override
 
 
 def test_config_round_trips_through_a_plain_dict():

@@ -68,9 +68,6 @@ class TrainerConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        # YAML reads a bare `off` as False; accept it as the string it means.
-        if self.amp is False:
-            object.__setattr__(self, "amp", "off")
         if self.amp not in AMP_MODES:
             raise ConfigError(f"trainer.amp={self.amp!r}; choose one of {', '.join(AMP_MODES)}")
         if self.optimizer not in OPTIMIZERS:
@@ -168,7 +165,9 @@ def check_type(value: Any, annotation: str, key: str) -> None:
     if any(isinstance(value, types) and (bool in types or not isinstance(value, bool)) for _, types in kinds):
         return
     expected = " or ".join(name for name, _ in kinds) + (" or null" if "None" in options else "")
-    raise ConfigError(f"{key}={value!r} must be {expected}")
+    # YAML 1.1, which OmegaConf follows, reads a bare off/on/yes/no as a boolean: `amp: off` in a preset is False.
+    hint = " (in a YAML file, quote it: \"off\")" if isinstance(value, bool) and options == ["str"] else ""
+    raise ConfigError(f"{key}={value!r} must be {expected}{hint}")
 
 
 def build(cls, values: dict[str, Any], where: str):
