@@ -435,7 +435,8 @@ def test_the_epochs_training_loss_is_the_token_weighted_mean_of_its_steps_read_e
     events = events_of(tmp_path)
     assert [e.step for e in events.Scalars("train/loss")] == [*range(7, n + 1, 7), n]
     # best/* once per epoch, at its last step; the final test one step later
-    assert [e.step for e in events.Scalars("best/valid_ppl")] == [n] and [e.step for e in events.Scalars("test/ppl")] == [n + 1]
+    assert [e.step for e in events.Scalars("best/valid_ppl")] == [n]
+    assert [e.step for e in events.Scalars("test/ppl")] == [n + 1]
 
 
 def test_each_epoch_trains_at_its_scheduled_lr(tmp_path, tiny_corpus):
@@ -446,7 +447,6 @@ def test_each_epoch_trains_at_its_scheduled_lr(tmp_path, tiny_corpus):
     assert [r["lr"] for r in history(tmp_path)] == [1.0, 0.5]  # lr_at(1), lr_at(2)
     steps = history(tmp_path)[0]["step"]
     assert {lr for _, _, lr in seen[:steps]} == {1.0} and {lr for _, _, lr in seen[steps:]} == {0.5}
-
 
 
 def test_a_nan_training_loss_stops_the_run_at_its_read_before_any_checkpoint(tmp_path, tiny_corpus):
