@@ -78,6 +78,18 @@ def fake_imdb(tmp_path):
     return tmp_path
 
 
+def tiny_imdb_config(root, *overrides: str) -> dict:
+    """The resolved config of a CPU run of a tiny variational model on the fake IMDB files in ``root`` (a quarter of
+    the training reviews for validation), with ``overrides`` on top."""
+    from conftest import composed
+
+    from vdrnn.config import to_container
+
+    return to_container(composed("dataset=imdb", "dropout=variational", f"data.root={root}", "model.hidden_size=8",
+                                 "data.batch_size=8", "data.valid_fraction=0.25", "trainer.progress=false",
+                                 "device=cpu", *overrides))
+
+
 def test_vocabulary_comes_from_training_reviews_only(fake_imdb):
     task = load_task(SentimentDataConfig(root=str(fake_imdb), valid_fraction=0.25))
     assert task.kind == CLASSIFICATION and (len(task.train), len(task.valid), len(task.test)) == (30, 10, 40)
@@ -456,16 +468,12 @@ def test_the_output_mask_drops_inputs_of_the_head():
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_a_model_learns_reviews_whose_label_is_one_word_before_the_end(fake_imdb, tmp_path, cell):
-    from conftest import composed
 
-    from vdrnn.config import to_container
     from vdrnn.sentiment import run
 
-    raw = to_container(composed("dataset=imdb", f"cell={cell}", "dropout=variational", f"data.root={fake_imdb}",
-                                "model.hidden_size=16", "data.batch_size=8", "data.valid_fraction=0.25",
-                                "trainer.epochs=15", "trainer.lr=0.01", "eval=mc", "eval.samples=4", "eval.batch=4",
-                                "dropout.embedding=0", "dropout.input=0.1", "dropout.recurrent=0.1",
-                                "dropout.output=0.1", "trainer.progress=false", "device=cpu"))
+    raw = tiny_imdb_config(fake_imdb, f"cell={cell}", "model.hidden_size=16", "trainer.epochs=15", "trainer.lr=0.01",
+                           "eval=mc", "eval.samples=4", "eval.batch=4", "dropout.embedding=0", "dropout.input=0.1",
+                           "dropout.recurrent=0.1", "dropout.output=0.1")
     metrics = run(raw, tmp_path)
     # "good" or "bad", then a word the label does not depend on: the recurrence must carry it one step.
     assert metrics["test_accuracy"] == 1.0 and metrics["test_accuracy_mc"] == 1.0
@@ -476,9 +484,6 @@ def test_the_final_mc_test_runs_with_the_eval_settings(fake_imdb, tmp_path, monk
     """eval.samples, eval.batch, eval.word_dropout and data.eval_batch_size reach predict_mc for the test reviews."""
     import inspect
 
-    from conftest import composed
-
-    from vdrnn.config import to_container
     from vdrnn.sentiment import predict as predict_module
     from vdrnn.sentiment import run
 
@@ -489,10 +494,8 @@ def test_the_final_mc_test_runs_with_the_eval_settings(fake_imdb, tmp_path, monk
         return real(*args, **kwargs)
 
     monkeypatch.setattr(predict_module, "predict_mc", spy)
-    raw = to_container(composed("dataset=imdb", "dropout=variational", f"data.root={fake_imdb}", "model.hidden_size=8",
-                                "data.batch_size=8", "data.valid_fraction=0.25", "data.eval_batch_size=7",
-                                "trainer.epochs=1", "eval=mc", "eval.samples=3", "eval.batch=2", "eval.word_dropout=true",
-                                "trainer.progress=false", "device=cpu"))
+    raw = tiny_imdb_config(fake_imdb, "data.eval_batch_size=7", "trainer.epochs=1", "eval=mc", "eval.samples=3",
+                           "eval.batch=2", "eval.word_dropout=true")
     run(raw, tmp_path)
     [call] = calls  # trainer.select=scale: the final test alone is MC
     assert len(call["split"]) == 40  # the test reviews
@@ -523,17 +526,13 @@ def test_mc_regression_side_by_side_equals_one_pass_at_a_time_in_expectation():
 def test_an_interrupted_sentiment_run_resumes_to_the_uninterrupted_numbers(fake_imdb, tmp_path, select):
     """Adam's moments, the weight average, the RNG and the per-epoch test curve all come back from last.pt; with
     trainer.select=mc the MC validation scores too."""
-    from conftest import composed, history
+    from conftest import history
 
-    from vdrnn.config import to_container
     from vdrnn.sentiment import run
 
     def train(folder, epochs):
-        raw = to_container(composed("dataset=imdb", "cell=gru", "dropout=variational", f"data.root={fake_imdb}",
-                                    "model.hidden_size=8", "data.batch_size=8", "data.valid_fraction=0.25",
-                                    f"trainer.epochs={epochs}", "trainer.ema=0.9", "eval=mc", "eval.samples=3",
-                                    "eval.batch=3", f"trainer.select={select}", "trainer.progress=false",
-                                    "device=cpu"))
+        raw = tiny_imdb_config(fake_imdb, "cell=gru", f"trainer.epochs={epochs}", "trainer.ema=0.9", "eval=mc",
+                               "eval.samples=3", "eval.batch=3", f"trainer.select={select}")
         return run(raw, tmp_path / folder)
 
     straight = train("straight", 3)
@@ -552,18 +551,14 @@ def test_an_interrupted_sentiment_run_resumes_to_the_uninterrupted_numbers(fake_
 def test_selecting_by_mc_validation_keeps_the_training_run_and_the_epoch_of_best_mc_nll(fake_imdb, tmp_path):
     """trainer.select=mc scores every epoch with MC dropout on the validation reviews and keeps the epoch of least
     MC NLL; its masks come from a fork of the random state, so the training itself is trainer.select=scale's."""
-    from conftest import composed, history
+    from conftest import history
 
     from vdrnn import checkpoint
-    from vdrnn.config import to_container
     from vdrnn.sentiment import run
 
     def train(select):
-        raw = to_container(composed("dataset=imdb", "cell=lstm", "dropout=variational", f"data.root={fake_imdb}",
-                                    "model.hidden_size=8", "data.batch_size=8", "data.valid_fraction=0.25",
-                                    "trainer.epochs=6", "trainer.lr=0.01", "eval=mc", "eval.samples=4",
-                                    "eval.batch=4", f"trainer.select={select}", "trainer.progress=false",
-                                    "device=cpu"))
+        raw = tiny_imdb_config(fake_imdb, "cell=lstm", "trainer.epochs=6", "trainer.lr=0.01", "eval=mc",
+                               "eval.samples=4", "eval.batch=4", f"trainer.select={select}")
         return run(raw, tmp_path / select), history(tmp_path / select)
 
     (by_scale, scale_epochs), (by_mc, mc_epochs) = train("scale"), train("mc")
@@ -579,16 +574,11 @@ def test_selecting_by_mc_validation_keeps_the_training_run_and_the_epoch_of_best
 
 
 def test_a_run_selecting_by_mc_resumes_only_with_the_mc_score_it_selected_by(fake_imdb, tmp_path):
-    from conftest import composed
 
-    from vdrnn.config import to_container
     from vdrnn.sentiment import run
 
     def train(*extra):
-        raw = to_container(composed("dataset=imdb", "dropout=variational", f"data.root={fake_imdb}",
-                                    "model.hidden_size=8", "data.batch_size=8", "data.valid_fraction=0.25",
-                                    "eval=mc", "eval.samples=3", "eval.batch=3", "trainer.select=mc",
-                                    "trainer.progress=false", "device=cpu", *extra))
+        raw = tiny_imdb_config(fake_imdb, "eval=mc", "eval.samples=3", "eval.batch=3", "trainer.select=mc", *extra)
         return run(raw, tmp_path)
 
     train("trainer.epochs=1")
@@ -610,16 +600,13 @@ def test_a_confident_mistake_costs_its_log_probability_not_the_clamp():
 def test_mc_validation_scores_the_validation_reviews(fake_imdb, tmp_path):
     """trainer.select=mc with every dropout probability 0: an MC pass is the weight-scaling pass, so each epoch's
     valid_nll_mc is its valid_nll (and not the test reviews' NLL)."""
-    from conftest import composed, history
+    from conftest import history
 
-    from vdrnn.config import to_container
     from vdrnn.sentiment import run
 
-    raw = to_container(composed("dataset=imdb", "dropout=variational", f"data.root={fake_imdb}", "model.hidden_size=8",
-                                "data.batch_size=8", "data.valid_fraction=0.25", "trainer.epochs=2", "trainer.lr=0.05",
-                                "dropout.embedding=0", "dropout.input=0", "dropout.recurrent=0", "dropout.output=0",
-                                "eval=mc", "eval.samples=2", "eval.batch=2", "trainer.select=mc",
-                                "trainer.progress=false", "device=cpu"))
+    raw = tiny_imdb_config(fake_imdb, "trainer.epochs=2", "trainer.lr=0.05", "dropout.embedding=0", "dropout.input=0",
+                           "dropout.recurrent=0", "dropout.output=0", "eval=mc", "eval.samples=2", "eval.batch=2",
+                           "trainer.select=mc")
     run(raw, tmp_path)
     for record in history(tmp_path):
         assert record["valid_nll_mc"] == pytest.approx(record["valid_nll"], rel=1e-6)
@@ -629,14 +616,11 @@ def test_mc_validation_scores_the_validation_reviews(fake_imdb, tmp_path):
 def test_the_per_epoch_test_curve_scores_the_test_reviews(fake_imdb, tmp_path):
     """One epoch without a weight average: best.pt holds that epoch's weights, so the final test (metrics.json) and
     the epoch's point of the test curve (metrics.jsonl) are the same numbers."""
-    from conftest import composed, history
+    from conftest import history
 
-    from vdrnn.config import to_container
     from vdrnn.sentiment import run
 
-    raw = to_container(composed("dataset=imdb", "dropout=variational", f"data.root={fake_imdb}", "model.hidden_size=8",
-                                "data.batch_size=8", "data.valid_fraction=0.25", "trainer.epochs=1", "trainer.lr=0.01",
-                                "trainer.ema=0", "eval=scale", "trainer.progress=false", "device=cpu"))
+    raw = tiny_imdb_config(fake_imdb, "trainer.epochs=1", "trainer.lr=0.01", "trainer.ema=0", "eval=scale")
     metrics = run(raw, tmp_path)
     [epoch] = history(tmp_path)
     for key in ("nll", "accuracy", "ece", "entropy"):
@@ -699,15 +683,11 @@ def test_the_scale_loss_is_the_mse_of_the_ratings_plus_the_kl_term_of_learned_no
 
 def test_the_training_reviews_are_reshuffled_every_epoch_and_the_seed_fixes_the_order(fake_imdb, tmp_path,
                                                                                       monkeypatch):
-    from conftest import composed
 
-    from vdrnn.config import to_container
     from vdrnn.sentiment.config import from_dict
     from vdrnn.sentiment.trainer import SentimentTrainer
 
-    raw = to_container(composed("dataset=imdb", "dropout=variational", f"data.root={fake_imdb}", "model.hidden_size=8",
-                                "data.batch_size=8", "data.valid_fraction=0.25", "trainer.epochs=2", "eval=scale",
-                                "trainer.progress=false", "device=cpu"))
+    raw = tiny_imdb_config(fake_imdb, "trainer.epochs=2", "eval=scale")
     drawn = record_training_batches(monkeypatch)
 
     def orders(folder: str) -> tuple[list, list[list]]:
