@@ -1,6 +1,6 @@
 """The TensorBoard hparams table of a run: what goes in, and that a resumed run does not write it twice."""
 
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from conftest import events_of
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from vdrnn.tracking import RunLogger
@@ -12,10 +12,8 @@ FINAL_TAGS = {"test/ppl": "test_ppl"}
 
 def hparams_of(event_file) -> dict[str, object] | None:
     """The hparams values an event file holds ({name: value}), or None if it holds no hparams table."""
-    acc = EventAccumulator(str(event_file))
-    acc.Reload()
     try:
-        content = acc.PluginTagToContent("hparams")
+        content = events_of(event_file).PluginTagToContent("hparams")
     except KeyError:  # no event of the hparams plugin in this file
         return None
     data = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
