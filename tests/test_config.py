@@ -217,7 +217,9 @@ def test_lr_schedule_matches_zaremba_medium():
     ("trainer.epochs=abc", "trainer.epochs='abc' must be an integer"),
     ("trainer.lr=true", "trainer.lr=True must be a number"),
     # YAML reads a bare off as false: `amp: off` in a preset file arrives as False.
-    ("trainer.amp=false", r'trainer.amp=False must be a string \(in a YAML file, quote it: "off"\)'),
+    ("trainer.amp=false", r'trainer.amp=False must be a string \(YAML reads a bare off, on, no or yes as true/false: '
+                          r'quote the word, e.g. amp: "off"\)'),
+    ("trainer.select=true", r"trainer.select=True must be a string \(YAML reads a bare off, on, no or yes"),
     ("trainer.max_minutes=soon", "trainer.max_minutes='soon' must be a number or null"),
     ("eval.word_dropout=1", "eval.word_dropout=1 must be true or false"),
     ("dataset=imdb data.max_length=long", "data.max_length='long' must be an integer"),

@@ -165,8 +165,9 @@ def check_type(value: Any, annotation: str, key: str) -> None:
     if any(isinstance(value, types) and (bool in types or not isinstance(value, bool)) for _, types in kinds):
         return
     expected = " or ".join(name for name, _ in kinds) + (" or null" if "None" in options else "")
-    # YAML 1.1, which OmegaConf follows, reads a bare off/on/yes/no as a boolean: `amp: off` in a preset is False.
-    hint = " (in a YAML file, quote it: \"off\")" if value is False and options == ["str"] else ""
+    # YAML 1.1, which OmegaConf follows, reads a bare off/on/no/yes as a boolean: `amp: off` in a preset is False.
+    hint = (" (YAML reads a bare off, on, no or yes as true/false: quote the word, e.g. amp: \"off\")"
+            if isinstance(value, bool) and options == ["str"] else "")
     raise ConfigError(f"{key}={value!r} must be {expected}{hint}")
 
 
