@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import TINY, events_of, history, run_cli
+from conftest import TINY, composed, events_of, history, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -162,3 +162,60 @@ def test_unreadable_checkpoint_is_refused_and_kept(tmp_path, tiny_corpus):
 def test_unknown_command_is_refused(tmp_path):
     result = run_cli("fit", cwd=tmp_path, check=False)
     assert result.returncode == 2 and "unknown command 'fit'" in result.stderr
+
+
+def test_help_as_a_command_prints_the_usage(capsys):
+    """`vdrnn help` is the usage, as `vdrnn --help`, not an unknown command."""
+    from vdrnn import cli
+
+    cli.main(["help"])
+    assert capsys.readouterr().out.strip() == cli.USAGE.strip()
+
+
+def in_process(monkeypatch, run_dir, overrides):
+    """The cli module with Hydra's runtime as a single `vdrnn` run in ``run_dir`` with ``overrides`` would see it: its
+    commands then run in this process, outside a Hydra run (seconds, not a subprocess's start)."""
+    from types import SimpleNamespace
+
+    from hydra.types import RunMode
+
+    from vdrnn import cli
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    runtime = SimpleNamespace(runtime=SimpleNamespace(output_dir=str(run_dir)), mode=RunMode.RUN,
+                              overrides=SimpleNamespace(task=list(overrides)))
+    monkeypatch.setattr(cli, "HydraConfig", SimpleNamespace(get=lambda: runtime))
+    return cli
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory, tiny_corpus):
+    """best.pt of a one-epoch run on the tiny corpus with no step or data cap: not a smoke run."""
+    run = tmp_path_factory.mktemp("in_process") / "run"
+    overrides = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1", "data.batch_size=20", "dropout=zaremba"]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        in_process(monkeypatch, run, overrides).train_command(composed(*overrides))
+    assert json.loads((run / "metrics.json").read_text())["smoke"] is False
+    return run / "best.pt"
+
+
+def evaluate_in_process(monkeypatch, run_dir, *overrides) -> dict:
+    in_process(monkeypatch, run_dir, overrides).eval_command(composed(*overrides))
+    return json.loads((run_dir / "eval.json").read_text())
+
+
+def test_eval_on_capped_data_is_a_smoke_eval_even_of_a_full_run(tmp_path, tiny_corpus, tiny_checkpoint, monkeypatch):
+    """eval.json's smoke flag follows what the evaluation ran (data.eval_max_tokens from the command line), not only
+    the checkpoint's training settings: numbers on a few tokens must not pass for a result."""
+    common = [f"checkpoint={tiny_checkpoint}", f"data.root={tiny_corpus}"]
+    assert evaluate_in_process(monkeypatch, tmp_path / "full", *common)["smoke"] is False
+    capped = evaluate_in_process(monkeypatch, tmp_path / "capped", *common, "data.eval_max_tokens=60")
+    assert capped["smoke"] is True and capped["config"]["data"]["eval_max_tokens"] == 60
+
+
+def test_eval_takes_an_evaluation_setting_given_with_hydras_force_prefix(tmp_path, tiny_corpus, tiny_checkpoint,
+                                                                        monkeypatch):
+    """`++eval.samples=3` sets eval.samples as `eval.samples=3` does; it is not refused as a key eval would ignore."""
+    evaluated = evaluate_in_process(monkeypatch, tmp_path / "eval", f"checkpoint={tiny_checkpoint}",
+                                    f"data.root={tiny_corpus}", "eval=mc", "++eval.samples=3")
+    assert evaluated["config"]["eval"]["samples"] == 3 and evaluated["mc_samples"] == 3

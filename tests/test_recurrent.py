@@ -6,7 +6,7 @@ import torch
 
 from vdrnn.dropout import DropoutConfig, LayerMasks, make_dropout
 from vdrnn.model import LanguageModel, ModelConfig, detach_state
-from vdrnn.recurrent import GATES, LSTMLayer, lstm_reference
+from vdrnn.recurrent import GATES, LSTMLayer, lstm_reference, uses_kernels
 
 T, B, D, H = 9, 4, 6, 11
 
@@ -85,3 +85,13 @@ def test_keras_init_reaches_every_layer_of_a_language_model():
             torch.testing.assert_close(w_hh @ w_hh.T, 1.21 * torch.eye(8), atol=1e-5, rtol=0)
         assert torch.equal(layer.lstm.bias_ih_l0[8:16], torch.ones(8))  # the forget gate's
     assert model.decoder.weight is model.embedding.weight and model.embedding.weight.abs().max() <= 0.05
+
+
+def test_impl_auto_runs_masked_recurrences_on_the_kernels_on_cuda_only():
+    """model.impl=auto: the fused Triton kernels for CUDA tensors (a CUDA run silently on the step loop would be many
+    times slower), the reference loop on the CPU; fast and reference as named."""
+    from types import SimpleNamespace
+
+    on_cuda, on_cpu = SimpleNamespace(is_cuda=True), torch.zeros(1)  # a stand-in: this test runs without a GPU
+    assert uses_kernels("auto", on_cuda) and not uses_kernels("auto", on_cpu)
+    assert uses_kernels("fast", on_cpu) and not uses_kernels("reference", on_cuda)

@@ -70,14 +70,15 @@ MEDIUM_VARIATIONAL = {"scheme": "variational", "embedding": 0.2, "input": 0.5, "
 
 
 def fake_ptb_run(folder, seed, overrides, epochs=39, time_limited=False, dropout=MEDIUM_VARIATIONAL, noise=None,
-                 hidden=650, init_from=None):
+                 hidden=650, init_from=None, paper=None, wps=50_000, eval_seconds=None):
     """A finished PTB run (medium unless ``hidden`` says otherwise), with Hydra's record of its command line (a list
-    of strings)."""
+    of strings); ``paper``: its preset's Table 1 entry, as metrics.json keeps it."""
     folder.mkdir(parents=True)
     config = {"data": {"name": "ptb"}, "model": {"hidden_size": hidden}, "dropout": dropout, "seed": seed,
               "init_from": init_from, "trainer": {"epochs": 39, "max_minutes": 30 if time_limited else None}}
     metrics = {"valid_ppl": 82.0 + seed, "test_ppl": 79.0 + seed, "epochs": epochs, "time_limited": time_limited,
-               "train_seconds": 600, "wps": 50_000, "config": config, **({"noise": noise} if noise else {})}
+               "train_seconds": 600, "wps": wps, "config": config, **({"noise": noise} if noise else {}),
+               **({"paper": paper} if paper else {}), **({"eval_seconds": eval_seconds} if eval_seconds else {})}
     (folder / "metrics.json").write_text(json.dumps(metrics))
     (folder / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
 
@@ -279,3 +280,61 @@ def test_settings_leave_out_what_does_not_make_another_experiment_and_read_5_as_
     config = {"seed": 2, "paper": {"row": "Zaremba et al. 2014", "test": 82.7},
               "data": {"name": "ptb", "root": "/data"}, "trainer": {"clip": 5.0, "max_minutes": None}}
     assert report.settings(config) == {"data.name": '"ptb"', "trainer.clip": "5"}
+
+
+# Table 1's rows as the presets' ``paper`` entries give them (conf/experiment/medium_*.yaml).
+PAPER = {"none": {"table": 1, "row": "Non-regularized (early stopping)", "size": "medium", "valid": 121.1,
+                  "test": 121.7, "test_mc": None},
+         "zaremba": {"table": 1, "row": "Zaremba et al. 2014", "size": "medium", "valid": 86.2, "test": 82.7,
+                     "test_mc": None},
+         "variational": {"table": 1, "row": "Variational (tied weights)", "size": "medium", "valid": 81.8,
+                         "test": 79.7, "test_mc": 79.0}}
+
+
+def test_ptb_rows_follow_table_1_and_each_paper_number_sits_in_its_column(tmp_path):
+    """Rows in Table 1's order (not by name: Variational before Zaremba would be alphabetical), and the paper's
+    valid, test and MC test beside ours: the fast counterpart of the real sweep test."""
+    for scheme in ("variational", "zaremba", "none"):  # found in folder order, which is none of the two orders
+        dropout = MEDIUM_VARIATIONAL if scheme == "variational" else {"scheme": scheme}
+        fake_ptb_run(tmp_path / "runs" / scheme, 1, [], dropout=dropout, paper=PAPER[scheme])
+    rows = ptb_rows(tmp_path)
+    assert [row["row"] for row in rows] == [PAPER[s]["row"] for s in ("none", "zaremba", "variational")]
+    for row in rows:
+        paper = next(p for p in PAPER.values() if p["row"] == row["row"])
+        cells = [row["paper valid"], row["paper test"], row["paper MC test"]]
+        assert cells == ["–" if paper[k] is None else f"{paper[k]:.1f}" for k in ("valid", "test", "test_mc")]
+
+
+def test_the_cost_columns_average_the_seeds_and_count_the_final_test(tmp_path):
+    """words/s is the seeds' mean, and the minutes are the training steps' plus the final test's (eval_seconds)."""
+    fake_ptb_run(tmp_path / "runs" / "s1", 1, [], wps=40_000, eval_seconds=120)
+    fake_ptb_run(tmp_path / "runs" / "s2", 2, [], wps=50_000, eval_seconds=240)
+    [row] = ptb_rows(tmp_path)
+    assert row["words/s"] == f"{(40_000 + 50_000) / 2:,.0f}"
+    assert row["train + test (min)"] == f"{((600 + 120) + (600 + 240)) / 2 / 60:.1f}"
+
+
+def test_the_overrides_column_names_reruns_of_one_seed_by_their_folders(tmp_path):
+    """Two runs of seed 1 in a row: ``(seed 1)`` would not say which of them made an override, so folders do."""
+    fake_ptb_run(tmp_path / "runs" / "first", 1, ["trainer.clip=5"])
+    fake_ptb_run(tmp_path / "runs" / "again", 1, [])
+    [row] = ptb_rows(tmp_path)
+    assert row["overrides"] == "trainer.clip=5 (first)"
+
+
+def test_curve_panels_go_small_medium_large_then_other_sizes(tmp_path, monkeypatch):
+    """The plot's panels in the table's size order, whatever order a set of sizes happens to have."""
+    for hidden in (1500, 300, 200, 650):
+        fake_ptb_run(tmp_path / "runs" / f"h{hidden}", 1, [], hidden=hidden)
+        (tmp_path / "runs" / f"h{hidden}" / "metrics.jsonl").write_text(json.dumps({"valid_ppl": 100.0}) + "\n")
+    titles = []
+
+    def save_curves(fig, axes, path):
+        import matplotlib.pyplot as plt
+
+        titles.extend(ax.get_title() for ax in axes)
+        plt.close(fig)
+
+    monkeypatch.setattr(report, "save_curves", save_curves)
+    report.plot_ptb(report.collect_ptb([tmp_path / "runs"]), tmp_path / "plot.png")
+    assert titles == [f"PTB {size}: validation perplexity" for size in ("small", "medium", "large", "300 units")]

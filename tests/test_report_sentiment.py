@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
+
 from vdrnn import report
 
 
@@ -239,3 +241,44 @@ def test_the_reliability_legend_gives_the_mean_of_the_seeds_eces(tmp_path):
     plt.close(fig)
     # The curve pools the seeds' bins, so the number beside it is not its own ECE but the seeds' mean: say so.
     assert labels == ["weight scaling (mean ECE 0.0130)", "MC dropout (mean ECE 0.0120)", "calibrated"]
+
+
+def test_sentiment_rows_follow_the_schemes_order_not_their_names(tmp_path):
+    """Within a cell, none, zaremba, moon, variational (the papers' order), where by name moon and none would lead."""
+    for scheme in ("variational", "moon", "none", "zaremba"):
+        fake_run(tmp_path / "runs" / scheme, "imdb", "lstm", scheme, "tied", 1, 0.85)
+    assert [r["row"] for r in imdb_rows(tmp_path)] == [f"LSTM · {s}" for s in ("none", "zaremba", "moon", "variational")]
+
+
+def test_rows_named_alike_are_named_by_every_setting_that_differs(tmp_path):
+    """Two settings apart (epochs and clip): naming one alone would hide that the other changed too."""
+    fake_run(tmp_path / "runs" / "a", "imdb", "lstm", "variational", "tied", 1, 0.85, trainer={"epochs": 20, "clip": 5})
+    fake_run(tmp_path / "runs" / "b", "imdb", "lstm", "variational", "tied", 1, 0.86, trainer={"epochs": 40, "clip": 1})
+    assert sorted(r["row"] for r in imdb_rows(tmp_path)) == [
+        "LSTM · variational [trainer.clip=1, trainer.epochs=40]", "LSTM · variational [trainer.clip=5, trainer.epochs=20]"]
+
+
+def test_the_reliability_diagram_pools_the_seeds_bins(tmp_path):
+    """A row's diagram sums its seeds' counts, right answers and confidences per bin before dividing."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = tmp_path / "runs"
+    calibrated_run(runs / "a", 1, 0.019, 0.007, [-0.017, -0.008])
+    calibrated_run(runs / "b", 2, 0.007, 0.017, [0.009, 0.016])
+    other = {"count": [0, 100, 900], "right": [0, 90, 700], "confidence": [0, 65, 820]}  # b's bins differ from a's
+    metrics = json.loads((runs / "b" / "metrics.json").read_text())
+    metrics.update({"test_reliability": other, "test_reliability_mc": other})
+    (runs / "b" / "metrics.json").write_text(json.dumps(metrics))
+    a = json.loads((runs / "a" / "metrics.json").read_text())["test_reliability"]
+    [row] = report.collect_sentiment([runs])["imdb"]
+    fig, ax = plt.subplots()
+    report.reliability_panel(ax, row)
+    ws = ax.get_lines()[0]
+    plt.close(fig)
+    pooled = {k: [x + y for x, y in zip(a[k], other[k], strict=True)] for k in a}
+    filled = [i for i, n in enumerate(pooled["count"]) if n]
+    assert list(ws.get_xdata()) == pytest.approx([pooled["confidence"][i] / pooled["count"][i] for i in filled])
+    assert list(ws.get_ydata()) == pytest.approx([pooled["right"][i] / pooled["count"][i] for i in filled])

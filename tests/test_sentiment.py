@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+from vdrnn.data import imdb, scale
 from vdrnn.data.scale import AUTHORS
 from vdrnn.data.text import PAD_ID, UNK, UNK_ID, build_vocab, chunks, pad, to_ids, tokenize
 from vdrnn.dropout import DropoutConfig, make_dropout
@@ -163,6 +164,24 @@ def test_a_damaged_scale_rating_is_a_data_error_naming_file_and_line(fake_scale)
     path.write_text("\n".join([*lines[:3], "0,7", *lines[4:]]) + "\n")
     with pytest.raises(DataError, match=re.escape(f"rating.{AUTHORS[2]}, line 4: '0,7' is not a rating in [0, 1]")):
         load_task(SentimentDataConfig(name="scale", root=str(fake_scale), test_fraction=0.2))
+
+
+def test_a_data_dir_imdb_folder_without_the_training_file_is_an_error_not_a_download(tmp_path, monkeypatch):
+    """$VDRNN_DATA_DIR/imdb holding only test.jsonl.gz: the user meant that folder, so say what it lacks rather than
+    fetch Hugging Face's copy (whose order, hence validation split, may differ)."""
+    (tmp_path / "imdb").mkdir()
+    (tmp_path / "imdb" / "test.jsonl.gz").write_bytes(b"")
+    monkeypatch.setenv("VDRNN_DATA_DIR", str(tmp_path))
+    downloads = []
+
+    def download():
+        downloads.append(True)
+        raise ConnectionError("no network in tests")
+
+    monkeypatch.setattr(imdb, "_from_hugging_face", download)
+    with pytest.raises(DataError, match=r"\$VDRNN_DATA_DIR/imdb: .* lacks train.jsonl.gz"):
+        imdb.load(None)
+    assert not downloads
 
 
 @pytest.fixture
@@ -705,3 +724,30 @@ def test_the_training_reviews_are_reshuffled_every_epoch_and_the_seed_fixes_the_
     assert sorted(first) == sorted(second) == sorted(in_file)  # each epoch reads every review once
     assert first != in_file and second != first
     assert orders("b") == (in_file, [first, second])  # the same seed, the same shuffles
+
+
+def test_scale_reviews_come_critic_by_critic_in_gals_order(fake_scale):
+    """The split shuffles this list with data.split_seed, so Gal's order (Schwartz, Berardinelli, Renshaw, Rhodes) is
+    part of which reviews are test reviews."""
+    gal = ["Dennis+Schwartz", "James+Berardinelli", "Scott+Renshaw", "Steve+Rhodes"]
+    critic_of_folder = {author: int(next((fake_scale / "scaledata" / author).glob("subj.*")).read_text().split()[1])
+                        for author in gal}  # fake_scale writes "critic <a> review <i> ..."
+    critics = [int(r.text.split()[1]) for r in scale.load(str(fake_scale))]
+    assert critics == sorted(critics, key=[critic_of_folder[a] for a in gal].index)
+
+
+def test_scale_ratings_at_both_ends_of_the_unit_interval_are_read(fake_scale):
+    """0 and 1 are ratings (Renshaw's files hold both), not damage."""
+    path = fake_scale / "scaledata" / AUTHORS[1] / f"rating.{AUTHORS[1]}"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(["0", "1", *lines[2:]]) + "\n")
+    ratings = [r.rating for r in scale.load(str(fake_scale)) if r.text.startswith("critic 1 ")]
+    assert ratings[:2] == [0.0, 1.0]
+
+
+def test_scale_files_of_different_lengths_are_a_data_error_naming_both(fake_scale):
+    """A rating line lost: every later review would get its neighbour's rating, so it is refused, naming the files."""
+    path = fake_scale / "scaledata" / AUTHORS[3] / f"rating.{AUTHORS[3]}"
+    path.write_text("\n".join(path.read_text().splitlines()[:-1]) + "\n")
+    with pytest.raises(DataError, match=rf"subj.{re.escape(AUTHORS[3])} has 10 reviews but .*rating.{re.escape(AUTHORS[3])} 9"):
+        scale.load(str(fake_scale))
