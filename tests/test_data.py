@@ -92,3 +92,46 @@ def test_a_partly_filled_data_dir_names_the_missing_file(tmp_path, monkeypatch):
     monkeypatch.setenv("VDRNN_DATA_DIR", str(tmp_path))
     with pytest.raises(DataError, match=r"\$VDRNN_DATA_DIR/ptb: .* lacks ptb.valid.txt, ptb.test.txt"):
         ptb.resolve_dir(None)
+
+
+def test_blank_lines_add_no_eos():
+    """One <eos> per sentence line: a blank line (say, a trailing one in an edited file) is not an empty sentence."""
+    assert ptb.tokenize([" a b ", "", "   ", " c "]) == ["a", "b", "<eos>", "c", "<eos>"]
+
+
+def test_a_word_unseen_in_train_that_only_the_test_split_has_is_refused_or_mapped_to_unk(tmp_path):
+    """The test split is checked as validation is: unseen test words refuse the corpus, or, with the override, map to
+    <unk> (an id the model has), never to some other word's id."""
+    (tmp_path / "ptb.train.txt").write_text(" a b c \n")
+    (tmp_path / "ptb.valid.txt").write_text(" a b \n")
+    (tmp_path / "ptb.test.txt").write_text(" c y \n")
+    with pytest.raises(DataError, match=r"missing from train, e.g. \['y'\]"):
+        ptb.load(str(tmp_path))
+    corpus = ptb.load(str(tmp_path), allow_custom_corpus=True)
+    assert corpus.vocab == ["a", "b", "c", "<eos>", "<unk>"] and corpus.test.tolist() == [2, 4, 3]
+
+
+def test_every_splits_token_count_and_the_vocabulary_size_are_checked(tmp_path, monkeypatch):
+    """A truncated validation or test file alone also makes perplexities incomparable with the paper's: each split's
+    count is checked, and the vocabulary's size, not only train's count."""
+    for split, text in (("train", " a b c \n b c \n"), ("valid", " a b \n"), ("test", " c \n")):
+        (tmp_path / f"ptb.{split}.txt").write_text(text)
+    counts = {"train": 7, "valid": 3, "test": 2}  # with one <eos> per line; vocabulary a b c <eos>
+    monkeypatch.setattr(ptb, "EXPECTED_VOCAB", 4)
+    monkeypatch.setattr(ptb, "EXPECTED_TOKENS", counts)
+    assert ptb.load(str(tmp_path)).vocab == ["a", "b", "c", "<eos>"]  # as expected: accepted
+    for split in ptb.SPLITS:
+        monkeypatch.setattr(ptb, "EXPECTED_TOKENS", {**counts, split: counts[split] + 1})
+        with pytest.raises(DataError, match=rf"{split} has {counts[split]} tokens \(expected {counts[split] + 1}\)"):
+            ptb.load(str(tmp_path))
+    monkeypatch.setattr(ptb, "EXPECTED_TOKENS", counts)
+    monkeypatch.setattr(ptb, "EXPECTED_VOCAB", 5)
+    with pytest.raises(DataError, match=r"vocabulary has 4 words \(expected 5"):
+        ptb.load(str(tmp_path))
+
+
+def test_minibatches_yield_no_empty_batch_when_the_inputs_fill_whole_minibatches():
+    """9 rows: 8 inputs in two minibatches of 4, the last row only a target. An empty third minibatch would add a
+    0/0 (NaN) mean loss to training."""
+    data = ptb.batchify(torch.arange(18), 2)
+    assert [(x.shape[0], y.shape[0]) for x, y in ptb.minibatches(data, 4)] == [(4, 4), (4, 4)]

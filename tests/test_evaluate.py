@@ -224,3 +224,35 @@ def test_which_schemes_share_draws_across_the_batch():
     assert not shares(scheme="variational", embedding=0.5, embedding_mask="batch")  # word types off in MC
     assert shares(True, scheme="variational", embedding=0.5, embedding_mask="batch")
     assert shares(scheme="awd", weight=0.5) and not shares(scheme="awd", input=0.5)
+
+
+def test_weight_scaling_perplexity_ignores_the_models_training_mode():
+    """The trainer validates straight after an epoch, the model still in train mode: perplexity must still be weight
+    scaling (every mask one), the same number as in eval mode, not one stochastic draw."""
+    model = model_with("variational", embedding=0.3, input=0.3, recurrent=0.3, output=0.3)
+    stream = torch.randint(0, V, (40,))
+    expected = perplexity(model.eval(), stream, batch_size=2, bptt=7)
+    torch.manual_seed(0)
+    assert perplexity(model.train(), stream, batch_size=2, bptt=7) == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("mc", [False, True], ids=["scale", "mc"])
+def test_amp_reaches_every_forward_pass_of_the_evaluation(mc):
+    """trainer.amp=bf16 also runs validation and test (weight scaling and MC) under bf16 autocast, and amp=off
+    under none: a run's evaluation then costs and rounds as its training does."""
+    model = model_with("variational", input=0.3, recurrent=0.3)
+    forward, seen = model.forward, []
+
+    def recording(*args, **kwargs):
+        seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
+        return forward(*args, **kwargs)
+
+    model.forward = recording
+    stream = torch.randint(0, V, (30,))
+    for amp, dtype in (("bf16", torch.bfloat16), ("off", None)):
+        seen.clear()
+        if mc:
+            mc_perplexity(model, stream, samples=2, batch=2, bptt=7, amp=amp)
+        else:
+            perplexity(model, stream, batch_size=2, bptt=7, amp=amp)
+        assert len(seen) == (5 if mc else 2) and set(seen) == {dtype}  # minibatches of 7 of 29 rows (MC), of 14

@@ -95,3 +95,13 @@ def test_impl_auto_runs_masked_recurrences_on_the_kernels_on_cuda_only():
     on_cuda, on_cpu = SimpleNamespace(is_cuda=True), torch.zeros(1)  # a stand-in: this test runs without a GPU
     assert uses_kernels("auto", on_cuda) and not uses_kernels("auto", on_cpu)
     assert uses_kernels("fast", on_cpu) and not uses_kernels("reference", on_cuda)
+
+
+def test_uniform_init_draws_every_parameter_biases_included_from_the_init_range():
+    """Zaremba's and Gal's init (model.init=uniform): every parameter U(+-init_range), the LSTM and decoder biases
+    too; PyTorch's own bias init, U(+-1/sqrt(H)), is 6 times wider at H = 11."""
+    torch.manual_seed(0)
+    model = LanguageModel(30, ModelConfig(num_layers=2, hidden_size=H, init_range=0.05, impl="reference"),
+                          make_dropout(DropoutConfig(scheme="none")))
+    for name, p in model.named_parameters():
+        assert 0.04 < p.abs().max().item() <= 0.05, name  # inside the range, and spread over it

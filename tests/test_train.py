@@ -20,10 +20,12 @@ def trainer(tmp_path, corpus, *overrides) -> LanguageModelTrainer:
     return LanguageModelTrainer(from_dict(raw), tmp_path, raw)
 
 
-@pytest.mark.parametrize("loss,factor", [("sum_over_time", 6.0), ("mean", 1.0)])
-def test_objective_is_nll_summed_over_time_or_mean(tmp_path, tiny_corpus, loss, factor):
+# sum-short: a minibatch shorter than data.bptt=6 (an epoch's last, or variable BPTT's) sums over its own 3 steps.
+@pytest.mark.parametrize("loss,steps,factor", [("sum_over_time", 6, 6.0), ("sum_over_time", 3, 3.0), ("mean", 6, 1.0)],
+                         ids=["sum", "sum-short", "mean"])
+def test_objective_is_nll_summed_over_time_or_mean(tmp_path, tiny_corpus, loss, steps, factor):
     t = trainer(tmp_path, tiny_corpus, f"trainer.loss={loss}")
-    inputs, targets = t.train_data[:6], t.train_data[1:7]
+    inputs, targets = t.train_data[:steps], t.train_data[1:steps + 1]
     state = t.model.initial_state(4, "cpu")
     before = [p.detach().clone() for p in t.model.parameters()]
     nll, grad_norm, _ = t.train_step(inputs, targets, state, lr=1e-3)
@@ -58,6 +60,27 @@ def test_nt_asgd_switches_to_averaging_on_the_non_monotone_trigger(tmp_path, tin
     averaged = t.optimizer
     t.after_validation(50.0)  # a later trigger must not restart the averages with a new optimizer
     assert t.optimizer is averaged
+
+def test_a_run_resumed_after_nt_asgds_switch_goes_on_averaging_from_its_saved_averages(tmp_path, tiny_corpus):
+    """A resume after the switch continues averaged SGD, whose averages are what is validated and tested; SGD built
+    afresh from the config would drop or freeze them. The next step then matches the uninterrupted run's."""
+    from vdrnn import checkpoint
+
+    common = ["trainer.optimizer=ntasgd", "trainer.nonmono=1"]
+    t = trainer(tmp_path, tiny_corpus, *common)
+    for score in (40.0, 39.0, 41.0):  # 41 is worse than the best but the last: switch
+        t.after_validation(score)
+    inputs, targets = t.train_data[:6], t.train_data[1:7]
+    t.train_step(inputs, targets, t.model.initial_state(4, "cpu"), lr=0.5)
+    checkpoint.save(t.state(), tmp_path / "last.pt")
+    resumed = trainer(tmp_path, tiny_corpus, *common)
+    resumed.restore(tmp_path / "last.pt")
+    assert resumed.averaging and isinstance(resumed.optimizer, torch.optim.ASGD)
+    for run in (t, resumed):
+        run.train_step(inputs, targets, run.model.initial_state(4, "cpu"), lr=0.5)
+    with t.evaluation_weights(), resumed.evaluation_weights():  # the averages of both runs
+        for a, b in zip(t.model.parameters(), resumed.model.parameters(), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
 
 
 def test_fine_tuning_averages_from_the_start_and_stops_on_the_trigger(tmp_path, tiny_corpus):
@@ -380,6 +403,29 @@ def test_variable_bptt_minibatches_cover_the_stream_once_with_random_lengths(tmp
     assert max(lengths) > 6 and len(set(lengths)) > 3  # jittered around bptt, not bptt every time
 
 
+def test_variable_bptt_scales_each_steps_lr_by_its_length_over_bptt(tmp_path, tiny_corpus):
+    """Merity et al.: a minibatch of length L trains at lr * L / bptt, so short ones move the weights less."""
+    t = trainer(tmp_path, tiny_corpus, "data.variable_bptt=true", "trainer.epochs=1", "trainer.lr=1",
+                "trainer.progress=false")  # data.batch_size=4, data.bptt=6
+    seen = recording_steps(t)
+    t.fit()
+    assert len({tokens for _, tokens, _ in seen}) > 2  # several lengths
+    for _, tokens, lr in seen:
+        assert lr == pytest.approx((tokens / 4) / 6, rel=1e-12)
+
+
+def test_variable_bptt_lengths_are_mostly_around_bptt_and_only_sometimes_around_half_of_it(tmp_path, tiny_corpus):
+    """Merity et al.'s draw: base bptt with probability 0.95, else bptt / 2, jittered by N(0, 5). With AWD's bptt 70
+    the two modes are far apart, so the share of minibatches drawn around 35 shows which one is the common one."""
+    t = trainer(tmp_path, tiny_corpus, "data.variable_bptt=true", "data.bptt=70")
+    t.train_data = torch.zeros(20_001, 1, dtype=torch.long)  # ~290 minibatches: enough draws
+    torch.manual_seed(0)
+    lengths = torch.tensor([x.shape[0] for x, _ in t.minibatches()][:-1], dtype=torch.float)  # the last one is cut
+    near_half = (lengths < 70 * 3 / 4).float().mean().item()  # the modes are 7 sd apart; this line is 3.5 from each
+    assert 0.01 < near_half < 0.12  # 0.05 expected; the mode swapped would give 0.95
+    assert abs(lengths.median().item() - 70) <= 3
+
+
 # ----------------------------------------------------------------------------- MC settings reach mc_perplexity
 @pytest.mark.parametrize("word_dropout,masks,amp", [(True, "minibatch", "off"), (False, "stream", "bf16")])
 def test_the_test_passes_the_mc_settings_to_mc_perplexity(tmp_path, tiny_corpus, monkeypatch, word_dropout, masks,
@@ -449,6 +495,25 @@ def test_each_epoch_trains_at_its_scheduled_lr(tmp_path, tiny_corpus):
     assert {lr for _, _, lr in seen[:steps]} == {1.0} and {lr for _, _, lr in seen[steps:]} == {0.5}
 
 
+def test_each_minibatch_starts_from_the_previous_ones_final_state_and_the_epoch_from_zero(tmp_path, tiny_corpus):
+    """Truncated BPTT: the hidden state is carried (detached) over an epoch's minibatches, zero only at its start."""
+    t = trainer(tmp_path, tiny_corpus, "trainer.epochs=1", "trainer.progress=false")
+    step, seen = t.train_step, []
+
+    def recording(inputs, targets, state, lr):
+        out = step(inputs, targets, state, lr)
+        seen.append((state, out[2]))
+        return out
+
+    t.train_step = recording
+    t.fit()
+    assert len(seen) > 2 and all(not h.any() and not c.any() for h, c in seen[0][0])
+    for (_, returned), (passed, _) in zip(seen[:-1], seen[1:], strict=True):
+        for (h, c), (h2, c2) in zip(returned, passed, strict=True):
+            assert torch.equal(h, h2) and torch.equal(c, c2) and h.abs().sum() > 0
+            assert not h2.requires_grad and not c2.requires_grad
+
+
 def test_a_nan_training_loss_stops_the_run_at_its_read_before_any_checkpoint(tmp_path, tiny_corpus):
     from vdrnn.errors import TrainingDiverged
 
@@ -509,3 +574,18 @@ def test_averaged_sgd_takes_plain_sgd_steps_and_averages_the_iterates(optimizer,
         torch.testing.assert_close(w.detach(), torch.full_like(w, step * (step + 1) / 2))  # w - lr * grad
         # torch's ASGD with t0=0 (Merity et al.'s reference uses it so): the mean of the iterates from the second on
         torch.testing.assert_close(opt.state[w]["ax"], torch.stack(seen[1:] or seen).mean(0))
+
+
+# ----------------------------------------------------------------------------- what is validated and tested
+def test_validation_scores_the_validation_split_and_the_test_the_test_split(tmp_path, tiny_corpus):
+    """Model selection (best.pt, NT-ASGD's trigger, early stop) reads the validation split only; the final test reads
+    the test split at data.test_batch_size (1: every token scored in one stream, as the papers report)."""
+    from vdrnn.evaluate import perplexity
+
+    t = trainer(tmp_path, tiny_corpus, "data.eval_batch_size=4", "data.test_batch_size=1")  # data.bptt=6
+    score = {(split, batch): perplexity(t.model, getattr(t.corpus, split), batch, 6)
+             for split in ("valid", "test") for batch in (1, 4)}
+    assert len(set(score.values())) == 4  # a mix-up of split or batch size would show
+    assert t.validate()["ppl"] == score["valid", 4]
+    metrics = t.final_metrics()
+    assert (metrics["valid_ppl"], metrics["test_ppl"]) == (score["valid", 4], score["test", 1])
