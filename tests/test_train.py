@@ -61,6 +61,7 @@ def test_nt_asgd_switches_to_averaging_on_the_non_monotone_trigger(tmp_path, tin
     t.after_validation(50.0)  # a later trigger must not restart the averages with a new optimizer
     assert t.optimizer is averaged
 
+
 def test_a_run_resumed_after_nt_asgds_switch_goes_on_averaging_from_its_saved_averages(tmp_path, tiny_corpus):
     """A resume after the switch continues averaged SGD, whose averages are what is validated and tested; SGD built
     afresh from the config would drop or freeze them. The next step then matches the uninterrupted run's."""
