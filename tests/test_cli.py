@@ -112,6 +112,33 @@ def test_multirun_sweep_makes_one_named_run_per_job(tmp_path, tiny_corpus):
     for job in jobs:
         assert json.loads((tmp_path / "sweep" / job / "metrics.json").read_text())["epochs"] == 1
         assert list((tmp_path / "sweep" / job).glob("events.out.tfevents.*"))
+    # A job's checkpoint evaluates with its path as the folder names it, `=` and `,` and all (quote_paths).
+    run_cli("eval", f"checkpoint=sweep/{jobs[1]}/best.pt", f"data.root={tiny_corpus}", "hydra.run.dir=eval", cwd=tmp_path)
+    evaluated = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    trained = json.loads((tmp_path / "sweep" / jobs[1] / "metrics.json").read_text())
+    assert evaluated["config"]["dropout"]["scheme"] == "zaremba"
+    assert evaluated["test_ppl"] == pytest.approx(trained["test_ppl"], rel=1e-6)
+
+
+@pytest.mark.parametrize("path", ["multirun/d/t/1_dropout=zaremba,seed=2/best.pt", r"C:\runs\1_seed=2\best.pt",
+                                  "o'brien/1_seed=2/best.pt", "odd\\'/seed=2\\"])
+@pytest.mark.parametrize("key", ["checkpoint", "resume", "init_from", "++checkpoint"])
+def test_path_overrides_reach_hydra_as_written(key, path):
+    """Hydra's parser gets back exactly the path a path option was given, though `=` is syntax in an override."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from vdrnn.cli import quote_paths
+
+    (override,) = OverridesParser.create().parse_overrides(quote_paths([f"{key}={path}"]))
+    assert override.value() == path
+
+
+def test_only_path_values_that_hydra_cannot_read_are_quoted():
+    """A sweep over plain paths, a quoted path and other options reach Hydra untouched."""
+    from vdrnn.cli import quote_paths
+
+    untouched = ["checkpoint=a/best.pt,b/best.pt", "checkpoint='x=1/best.pt'", "dropout.input=0.5", "+x=a=b", "-m"]
+    assert quote_paths(untouched) == untouched
 
 
 def test_a_failing_sweep_job_fails_alone_and_the_next_job_still_runs(tmp_path, tiny_corpus):

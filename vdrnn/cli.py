@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -115,6 +116,26 @@ def eval_command(cfg: DictConfig) -> None:
 
 COMMANDS = {"train": train_command, "eval": eval_command}
 
+# Options whose values are file paths. A sweep's job folders are named by their overrides
+# (multirun/<date>/<time>/1_dropout=zaremba,seed=2/), and Hydra's override grammar reads the `=` and `,` in such a
+# path as syntax; see quote_paths.
+PATH_KEYS = ("checkpoint", "resume", "init_from", "data.root")
+
+
+def quote_paths(overrides: list[str]) -> list[str]:
+    """Each ``KEY=PATH`` override of a path option whose value holds an `=` (which an unquoted Hydra value never
+    may) with the value single-quoted, so that `vdrnn eval checkpoint=multirun/.../1_dropout=zaremba,seed=2/best.pt`
+    takes the path as written instead of failing in Hydra's parser. Values without an `=`, including a sweep over
+    plain paths (`checkpoint=a/best.pt,b/best.pt`), and values already quoted pass through unchanged."""
+    quoted = []
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if sep and key.lstrip("+~") in PATH_KEYS and "=" in value and value[:1] not in ("'", '"'):
+            # Inside quotes Hydra reads \' as a quote and \\ as a backslash only before a quote (or the closing one).
+            value = "'" + re.sub(r"(\\*)('|$)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), value) + "'"
+        quoted.append(f"{key}{sep}{value}")
+    return quoted
+
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
@@ -131,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         raise SystemExit(2)
     # Hydra reads sys.argv itself; give it the overrides and a program name for --help.
-    sys.argv = [f"vdrnn {command}", *rest]
+    sys.argv = [f"vdrnn {command}", *quote_paths(rest)]
     COMMANDS[command]()
 
 
