@@ -123,10 +123,10 @@ PATH_KEYS = ("checkpoint", "resume", "init_from", "data.root")
 
 
 def quote_paths(overrides: list[str]) -> list[str]:
-    """Each ``KEY=PATH`` override of a path option whose value holds an `=` (which an unquoted Hydra value never
-    may) with the value single-quoted, so that `vdrnn eval checkpoint=multirun/.../1_dropout=zaremba,seed=2/best.pt`
-    takes the path as written instead of failing in Hydra's parser. Values without an `=`, including a sweep over
-    plain paths (`checkpoint=a/best.pt,b/best.pt`), and values already quoted pass through unchanged."""
+    """``overrides`` with the value of each path option that holds an `=` (which an unquoted Hydra value never may)
+    single-quoted, so that `vdrnn eval checkpoint=multirun/.../1_dropout=zaremba,seed=2/best.pt` takes the path as
+    written instead of failing in Hydra's parser. Values without an `=`, including a sweep over plain paths
+    (`checkpoint=a/best.pt,b/best.pt`), and values already quoted pass through unchanged."""
     quoted = []
     for override in overrides:
         key, sep, value = override.partition("=")
