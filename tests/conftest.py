@@ -61,6 +61,23 @@ def run_cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedPr
     return result
 
 
+def cli_in_process(monkeypatch, run_dir: Path, overrides):
+    """The cli module with Hydra's runtime as a single `vdrnn` run in ``run_dir`` with ``overrides`` would see it: its
+    commands then run in this process, outside a Hydra run (seconds, not a subprocess's start; and what a command
+    returns is seen, as a sweeper sees it)."""
+    from types import SimpleNamespace
+
+    from hydra.types import RunMode
+
+    from vdrnn import cli
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    runtime = SimpleNamespace(runtime=SimpleNamespace(output_dir=str(run_dir)), mode=RunMode.RUN,
+                              overrides=SimpleNamespace(task=list(overrides)))
+    monkeypatch.setattr(cli, "HydraConfig", SimpleNamespace(get=lambda: runtime))
+    return cli
+
+
 def composed(*overrides: str):
     """The config `vdrnn train <overrides>` composes (a DictConfig), through Hydra's compose API: no subprocess."""
     from hydra import compose, initialize_config_module

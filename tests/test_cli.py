@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import TINY, composed, events_of, history, run_cli
+from conftest import TINY, cli_in_process, composed, events_of, history, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -199,35 +199,19 @@ def test_help_as_a_command_prints_the_usage(capsys):
     assert capsys.readouterr().out.strip() == cli.USAGE.strip()
 
 
-def in_process(monkeypatch, run_dir, overrides):
-    """The cli module with Hydra's runtime as a single `vdrnn` run in ``run_dir`` with ``overrides`` would see it: its
-    commands then run in this process, outside a Hydra run (seconds, not a subprocess's start)."""
-    from types import SimpleNamespace
-
-    from hydra.types import RunMode
-
-    from vdrnn import cli
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    runtime = SimpleNamespace(runtime=SimpleNamespace(output_dir=str(run_dir)), mode=RunMode.RUN,
-                              overrides=SimpleNamespace(task=list(overrides)))
-    monkeypatch.setattr(cli, "HydraConfig", SimpleNamespace(get=lambda: runtime))
-    return cli
-
-
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory, tiny_corpus):
     """best.pt of a one-epoch run on the tiny corpus with no step or data cap: not a smoke run."""
     run = tmp_path_factory.mktemp("in_process") / "run"
     overrides = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1", "data.batch_size=20", "dropout=zaremba"]
     with pytest.MonkeyPatch.context() as monkeypatch:
-        in_process(monkeypatch, run, overrides).train_command(composed(*overrides))
+        cli_in_process(monkeypatch, run, overrides).train_command(composed(*overrides))
     assert json.loads((run / "metrics.json").read_text())["smoke"] is False
     return run / "best.pt"
 
 
 def evaluate_in_process(monkeypatch, run_dir, *overrides) -> dict:
-    in_process(monkeypatch, run_dir, overrides).eval_command(composed(*overrides))
+    cli_in_process(monkeypatch, run_dir, overrides).eval_command(composed(*overrides))
     return json.loads((run_dir / "eval.json").read_text())
 
 

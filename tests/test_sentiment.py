@@ -487,7 +487,6 @@ def test_the_output_mask_drops_inputs_of_the_head():
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_a_model_learns_reviews_whose_label_is_one_word_before_the_end(fake_imdb, tmp_path, cell):
-
     from vdrnn.sentiment import run
 
     raw = tiny_imdb_config(fake_imdb, f"cell={cell}", "model.hidden_size=16", "trainer.epochs=15", "trainer.lr=0.01",

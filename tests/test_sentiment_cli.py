@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import composed, events_of, history, real_data, run_cli
+from conftest import cli_in_process, composed, events_of, history, real_data, run_cli
 
 from vdrnn.data import imdb, scale
 
@@ -159,17 +159,10 @@ def test_gru_with_learned_gaussian_noise_trains_its_alpha(tmp_path, imdb_dir):
 @pytest.mark.parametrize("dataset,selector", [("imdb", "nll"), ("scale", "rmse")])
 def test_train_returns_the_selection_score_for_a_sweeper(tmp_path, monkeypatch, request, dataset, selector):
     """A Hydra sweeper (e.g. Optuna) minimises what `train` returns: a sentiment run's best_valid_nll or _rmse."""
-    from types import SimpleNamespace
-
-    from vdrnn import cli
-
     root = request.getfixturevalue("imdb_dir" if dataset == "imdb" else "scale_dir")
     cfg = composed(f"dataset={dataset}", *SMALL, "trainer.epochs=1", f"data.root={root}")
-    # Called in-process to see the return value, outside a Hydra run: give it the run's output dir and overrides.
-    runtime = SimpleNamespace(runtime=SimpleNamespace(output_dir=str(tmp_path)),
-                              overrides=SimpleNamespace(task=["trainer.epochs=1"]))
-    monkeypatch.setattr(cli, "HydraConfig", SimpleNamespace(get=lambda: runtime))
-    score = cli.train_command(cfg)
+    # Called in-process to see the return value: the run's output dir and the overrides Hydra would have recorded.
+    score = cli_in_process(monkeypatch, tmp_path, ["trainer.epochs=1"]).train_command(cfg)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert isinstance(score, float) and score == metrics[f"best_valid_{selector}"]
     assert (tmp_path / "overrides.yaml").read_text() == "- trainer.epochs=1\n"  # what `vdrnn report` reads

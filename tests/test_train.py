@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import composed, history
+from conftest import composed, events_of, history
 
 from vdrnn.config import from_dict, to_container
 from vdrnn.train import LanguageModelTrainer
@@ -469,8 +469,6 @@ def recording_steps(t: LanguageModelTrainer) -> list[tuple[float, int, float]]:
 
 def test_the_epochs_training_loss_is_the_token_weighted_mean_of_its_steps_read_every_log_every(tmp_path,
                                                                                               tiny_corpus):
-    from conftest import events_of
-
     t = trainer(tmp_path, tiny_corpus, "trainer.epochs=1", "trainer.log_every=7", "trainer.progress=false")
     seen = recording_steps(t)
     t.fit()
