@@ -22,6 +22,7 @@ from triton_setup import (  # noqa: F401 (exact_fp32: autouse fixture)
     shared_masks,
 )
 
+from vdrnn import gemm
 from vdrnn.dropout import (
     DropoutConfig,
     DropoutScheme,
@@ -82,6 +83,17 @@ NAMES = ["y", "h_T", "c_T", "dx", "dh0", "dc0", "dw_ih", "dw_hh", "db_ih", "db_h
 @pytest.mark.parametrize("kind", ["none", "tied", "tied_h_only", "fresh_x_tied_h", "untied", "untied_x_only",
                                   "tied_batch", "untied_batch", "gaussian", "gaussian_untied", "moon", "moon_c"])
 def test_fused_matches_reference(kind, hidden, block_plan):
+    assert_fused_matches_reference(kind, hidden)
+
+
+@pytest.mark.parametrize("kind", ["tied", "untied", "gaussian_untied"])
+def test_fused_with_aligned_products_matches_reference(kind, monkeypatch):
+    """The products zero-padded for cuBLAS (vdrnn.gemm, CUDA only) run here too: 7 inputs and 33 units pad to 8, 36."""
+    monkeypatch.setattr(gemm, "ALIGNED_DEVICES", ("cuda", "cpu"))
+    assert_fused_matches_reference(kind, hidden=33)
+
+
+def assert_fused_matches_reference(kind: str, hidden: int) -> None:
     steps, batch, inputs = 5, 3, 7
     leaves = random_problem(steps, batch, inputs, hidden)
     masks = make_masks(kind, steps, batch, inputs, hidden)

@@ -21,6 +21,7 @@ from triton_setup import (  # noqa: F401 (exact_fp32: autouse fixture)
     shared_masks,
 )
 
+from vdrnn import gemm
 from vdrnn.dropout import LayerMasks, bernoulli_mask
 from vdrnn.fused_gru import gru_fused
 from vdrnn.recurrent import GRU_GATES, GRULayer, gru_reference
@@ -76,6 +77,15 @@ def compare(steps, batch, inputs, hidden, kind, tol=FP32_TOL):
 @pytest.mark.parametrize("kind", ["none", "tied_h", "tied", "fresh_x_tied_h", "untied", "untied_x_only", "tied_batch",
                                   "untied_batch", "gaussian_untied"])
 def test_fused_gru_matches_reference(kind):
+    torch.manual_seed(0)
+    compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind)
+
+
+@pytest.mark.parametrize("kind", ["tied", "untied"])
+def test_fused_gru_with_aligned_products_matches_reference(kind, monkeypatch):
+    """The products zero-padded for cuBLAS (vdrnn.gemm, CUDA only) run here too: 5 inputs and 13 units pad to 8, 16,
+    and each product's 39 outputs to 40."""
+    monkeypatch.setattr(gemm, "ALIGNED_DEVICES", ("cuda", "cpu"))
     torch.manual_seed(0)
     compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind)
 

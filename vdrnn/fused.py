@@ -73,6 +73,7 @@ import warnings
 import torch
 from torch.autograd.function import once_differentiable
 
+from vdrnn import gemm
 from vdrnn.dropout import LayerMasks
 from vdrnn.recurrent import GATES, lstm_reference, masked_linear
 
@@ -600,13 +601,15 @@ class _FusedLSTM(torch.autograd.Function):
         # Whole-sequence products, one library call each (no loop over t).
         w = w_op[:, :hidden]
         hz = hz[:steps]  # each step's operand: h_{t-1} masked, for t = 0..T-1, as the forward used it
+        # dW's rows are H long: zero-padded for cuBLAS's fast kernels where H is not 16 bytes (vdrnn.gemm).
+        hz_aligned = gemm.pad_last(hz, gemm.padding(hidden, hz.dtype, dev))
         if per_gate:  # untied: gate g saw h * z_h^g, so dW_g and dh_0 are per-gate products
             dg4 = dg_op.view(steps, batch, GATES, hidden)
-            dw = torch.einsum("tbgk,tgbj->gkj", dg4, hz)
+            dw = torch.einsum("tbgk,tgbj->gkj", dg4, hz_aligned)[..., :hidden]
             dh0 = torch.einsum("bgk,gkj->bgj", dg4[0], w.reshape(GATES, hidden, hidden)).float()
             dh0 = (dh0 * zh).sum(1)
         else:
-            dw = dg_op.view(steps * batch, -1).t() @ hz.reshape(steps * batch, hidden)
+            dw = (dg_op.view(steps * batch, -1).t() @ hz_aligned.flatten(0, 2))[:, :hidden]
             dh0 = (dg_op[0] @ w).float()
             if has_zh:
                 dh0 = dh0 * zh
@@ -630,7 +633,7 @@ def lstm_fused(
     if not kernels_or_fallback(x.device, "vdrnn.fused"):
         return lstm_reference(x, state, params, masks)
     w_ih, w_hh, b_ih, b_hh = params
-    x_proj = masked_linear(x, w_ih, b_ih, masks.x, masks.per_gate).contiguous()
+    x_proj = masked_linear(x, w_ih, b_ih, masks.x, masks.per_gate, aligned=True).contiguous()
     h0, c0 = state
     zh = masks.h if masks.h is not None and (masks.h.dim() == 2 or masks.per_gate) else None
     if masks.h is not None and zh is None:

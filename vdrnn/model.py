@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vdrnn import gemm
 from vdrnn.dropout import DropoutScheme
 from vdrnn.errors import ConfigError
 from vdrnn.recurrent import IMPLS, LSTMLayer
@@ -196,7 +197,7 @@ class LanguageModel(nn.Module):
             out_mask = self._masks("output", self.dropout.output_mask, x)
             if out_mask is not None:
                 x = x * out_mask.to(x.dtype)
-        logits = self.decoder(x)
+        logits = gemm.linear(x, self.decoder.weight, self.decoder.bias)  # aligned for cuBLAS where H needs it
         return (logits, new_state, (raw, x)) if return_outputs else (logits, new_state)
 
 
