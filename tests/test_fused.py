@@ -22,7 +22,7 @@ from triton_setup import (  # noqa: F401 (exact_fp32: autouse fixture)
     shared_masks,
 )
 
-from vdrnn import gemm
+from vdrnn import fused, gemm
 from vdrnn.dropout import (
     DropoutConfig,
     DropoutScheme,
@@ -91,6 +91,19 @@ def test_fused_with_aligned_products_matches_reference(kind, monkeypatch):
     """The products zero-padded for cuBLAS (vdrnn.gemm, CUDA only) run here too: 7 inputs and 33 units pad to 8, 36."""
     monkeypatch.setattr(gemm, "ALIGNED_DEVICES", ("cuda", "cpu"))
     assert_fused_matches_reference(kind, hidden=33)
+
+
+@pytest.mark.parametrize("multiple,units", [(1, 33), (16, 48)])
+@pytest.mark.parametrize("kind", ["tied", "untied", "moon"])
+def test_dead_units_change_nothing(kind, multiple, units, monkeypatch):
+    """33 units run by the kernels as 48 (15 dead units, fused.UNIT_MULTIPLE 16) or as they are: the same results."""
+    monkeypatch.setattr(fused, "UNIT_MULTIPLE", multiple)
+    run_units = []
+    real_forward = fused._forward
+    monkeypatch.setattr(fused, "_forward", lambda x_proj, *rest, **kw: run_units.append(x_proj.shape[-1] // 4)
+                        or real_forward(x_proj, *rest, **kw))
+    assert_fused_matches_reference(kind, hidden=33)
+    assert run_units == [units]
 
 
 def assert_fused_matches_reference(kind: str, hidden: int) -> None:

@@ -44,6 +44,7 @@ from vdrnn.fused import (
     _Plan,
     _plan_for,
     _precision,
+    _Units,
     kernels_or_fallback,
     recurrent_mask_grad,
 )
@@ -282,15 +283,18 @@ class _FusedGRU(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x_proj, h0, w_hh, b_hh, zh, op_dtype):
-        plan = _plan_for(x_proj, h0.shape[-1], zh, op_dtype, GRU_GATES)
+        ctx.dtypes = (x_proj.dtype, h0.dtype, w_hh.dtype, b_hh.dtype)
+        units = _Units(h0.shape[-1])  # from here on the kernels' HP units; sliced back to H on the way out
+        x_proj, b_hh, h0, zh = units.pad(x_proj, GRU_GATES), units.pad(b_hh, GRU_GATES), units.pad(h0), units.pad(zh)
+        plan = _plan_for(x_proj, units.padded, zh, op_dtype, GRU_GATES)
         w_op = _pack_weight(w_hh, op_dtype, plan)
         margs = _gru_mask_args(zh, x_proj)
         y, hs, acts, hz = _forward(x_proj, h0, w_op, b_hh, margs, plan, save_acts=True)
         ctx.save_for_backward(w_op, hs, hz, acts, margs[0])
         ctx.margs = margs[1:]
         ctx.plan = plan
-        ctx.dtypes = (x_proj.dtype, h0.dtype, w_hh.dtype, b_hh.dtype)
-        return y, hs[-1].clone()
+        ctx.units = units
+        return units.unpad(y).contiguous(), units.unpad(hs[-1]).clone(memory_format=torch.contiguous_format)
 
     @staticmethod
     @once_differentiable  # no double backward through the kernels: raise rather than detach silently
@@ -305,13 +309,13 @@ class _FusedGRU(torch.autograd.Function):
         _, bwd = _build_kernels()
         w_op, hs, hz, acts, zh = ctx.saved_tensors
         szb, szg, has_zh, per_gate = ctx.margs
-        plan = ctx.plan
+        plan, units = ctx.plan, ctx.units
         xp_dtype, h0_dtype, w_dtype, b_dtype = ctx.dtypes
-        steps, batch, hidden = dy.shape
+        dy = units.pad(dy).contiguous()
+        carry = units.pad(dh_t).float().clone()  # z_{t+1} * dL/dh_{t+1}, carried back in place; dL/dh_T to start
+        steps, batch, hidden = dy.shape  # hidden: the kernels' HP units
         three_h = GRU_GATES * hidden
         dev = dy.device
-        dy = dy.contiguous()
-        carry = dh_t.float().clone()  # z_{t+1} * dL/dh_{t+1}, carried back in place; dL/dh_T to start
         dg = torch.empty(steps, batch, SAVED * hidden, device=dev, dtype=torch.float32)
         op_copy = w_op.dtype != torch.float32
         # The products' operand (da_r, da_z, da_n): a copy in W's dtype, or dg itself in fp32.
@@ -348,10 +352,13 @@ class _FusedGRU(torch.autograd.Function):
                 dh0 = dh0 * zh
         dh0 = dh0 + carry  # the part through z_0 * h_0
         # x_proj's n part is not scaled by r: its gradient is dn_pre, not da_n.
-        d_xproj = torch.cat((dg[..., :2 * hidden], dg[..., three_h:]), dim=-1).to(xp_dtype)
-        db = dg[..., :three_h].sum((0, 1)).to(b_dtype)
-        dzh = recurrent_mask_grad(da, w, hs[:steps], zh, per_gate) if ctx.needs_input_grad[4] else None
-        return d_xproj, dh0.to(h0_dtype), dw.reshape(three_h, hidden).to(w_dtype), db, dzh, None
+        d_xproj = units.unpad(torch.cat((dg[..., :2 * hidden], dg[..., three_h:]), dim=-1), GRU_GATES).to(xp_dtype)
+        db = units.unpad(dg[..., :three_h].sum((0, 1)), GRU_GATES).to(b_dtype)
+        dw = units.unpad_weight(dw.reshape(three_h, hidden), GRU_GATES).to(w_dtype)
+        dzh = None
+        if ctx.needs_input_grad[4]:
+            dzh = units.unpad(recurrent_mask_grad(da, w, hs[:steps], zh, per_gate))
+        return d_xproj, units.unpad(dh0).to(h0_dtype), dw, db, dzh, None
 
 
 def gru_fused(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...],
@@ -368,7 +375,9 @@ def gru_fused(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x_proj, h0, w_hh, b_hh)):
         return _FusedGRU.apply(x_proj, h0, w_hh, b_hh, zh, op_dtype)
     # Inference (e.g. MC dropout evaluation): the same kernels, nothing saved for backward.
-    plan = _plan_for(x_proj, h0.shape[-1], zh, op_dtype, GRU_GATES)
+    units = _Units(h0.shape[-1])
+    x_proj, b_hh, h0, zh = units.pad(x_proj, GRU_GATES), units.pad(b_hh, GRU_GATES), units.pad(h0), units.pad(zh)
+    plan = _plan_for(x_proj, units.padded, zh, op_dtype, GRU_GATES)
     margs = _gru_mask_args(zh, x_proj)
     y, hs, _, _ = _forward(x_proj, h0, _pack_weight(w_hh, op_dtype, plan), b_hh, margs, plan, save_acts=False)
-    return y, hs[-1]
+    return units.unpad(y), units.unpad(hs[-1])
