@@ -335,3 +335,5 @@ def test_graphed_step_takes_plain_sgd_only():
     model = LanguageModel(10, ModelConfig(num_layers=1, hidden_size=8), make_dropout(DropoutConfig()))
     with pytest.raises(ValueError, match="plain SGD, not Adam"):
         GraphedTrainStep(model, torch.optim.Adam(model.parameters()), 5.0, batch_size=2, bptt=3)
+    with pytest.raises(ValueError, match="no momentum"):  # the clip is folded into plain SGD's update
+        GraphedTrainStep(model, torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.9), 5.0, batch_size=2, bptt=3)

@@ -4,9 +4,9 @@ A step of the 2-layer LM launches several hundred small kernels (two per time st
 the fused recurrence alone). Launched one by one from Python, the GPU waits on the CPU between
 them; a CUDA graph records the step once and replays it with one call, so the GPU runs the kernels
 back to back. The step is: forward (dropout masks drawn on the device, inside the graph, so every
-replay draws new ones), cross-entropy, backward, gradient-norm clipping, the SGD update and Gal's
-weight decay ``w <- w * (1 - wd)`` (and, with learned dropout variances, their KL term and
-alpha <= 1 projection). Nothing in it reads a value back to the host.
+replay draws new ones), cross-entropy, backward, gradient-norm clipping folded into the SGD update
+(:func:`vdrnn.optim.clipped_sgd_step`), Gal's weight decay ``w <- w * (1 - wd)`` (and, with learned
+dropout variances, their KL term and alpha <= 1 projection). Nothing in it reads a value back to the host.
 
 Usage (inputs are copied into the graph's own buffers; the outputs are the graph's buffers too,
 overwritten by the next call, so copy anything you want to keep past it):
@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from vdrnn.dropout import weights_of
 from vdrnn.model import LanguageModel, State
-from vdrnn.optim import finish_update
+from vdrnn.optim import clipped_sgd_step, finish_update
 
 WARMUP_STEPS = 3  # eager steps before the first capture (see _capture)
 
@@ -43,6 +43,8 @@ class GraphedTrainStep:
             raise ValueError(f"amp={amp!r}: a graphed step supports 'off' and 'bf16' (fp16 needs a GradScaler)")
         if type(optimizer) is not torch.optim.SGD:  # Adam/ASGD built without capturable=True raise under capture
             raise ValueError(f"a graphed step takes plain SGD, not {type(optimizer).__name__}")
+        if any(group["momentum"] or group["maximize"] for group in optimizer.param_groups):
+            raise ValueError("a graphed step takes plain SGD: no momentum, no maximize (it folds the clip into SGD)")
         self.model, self.optimizer = model, optimizer
         self.clip = clip
         self.weight_decay = weight_decay
@@ -75,8 +77,7 @@ class GraphedTrainStep:
         noise = self.model.noise_scales
         objective = loss if noise is None else loss + self.kl_scale * noise.kl()
         (objective * tokens.shape[0] if self.sum_over_time else objective).backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.clip)
-        self.optimizer.step()
+        grad_norm = clipped_sgd_step(self.optimizer, self.params, self.clip)
         finish_update(self.weights, self.weight_decay, noise)
         return loss.detach(), grad_norm, [(h.detach(), c.detach()) for h, c in new_state]
 
