@@ -4,8 +4,8 @@ Triton's interpreter (what the CPU tests run) checks what the kernels compute, n
 accepts them: a kernel can pass every CPU test and still fail to compile on the GPU. This script runs the
 real compiler, down to PTX and cubin with the ptxas that ships in the triton wheel, for every kernel
 variant the training paths launch (tied, untied and no recurrent mask; Moon's cell mask; fp32/TF32 and bf16
-operands; with and without split-K), with the block shapes, splits and pipeline depths ``vdrnn.fused._Plan``
-picks for a 132-SM H100/H200 at batch 20, plus MC evaluation's untied forward at 1,000 sequences a pass (the
+operands; with and without split-K), for the units the layers run (650 and 1500 as 656 and 1504, ``fused._Units``)
+with the block shapes, splits and pipeline depths ``vdrnn.fused._Plan`` picks for a 132-SM H100/H200 at batch 20, plus MC evaluation's untied forward at 1,000 sequences a pass (the
 widest operand tiles). It prints each kernel's shared memory and a hash of its PTX.
 
     python scripts/kernel_ptx.py                      # compile all; exit 1 if any fails
@@ -80,8 +80,9 @@ def cases(hidden_sizes):
 
     def plan_and_shapes(batch, hidden, op, mask, gates):
         operands = gates if mask == "untied" else 1
-        plan = fused._Plan(batch, hidden, torch.device("cuda", 0), gates, operands, 2 if op == "bf16" else 4)
-        shape = dict(H=hidden, BLOCK_B=plan.block_b, BLOCK_H=fused.BLOCK_H, BLOCK_K=fused.BLOCK_K,
+        units = fused._Units(hidden).padded  # the layers launch the kernels for H rounded up to 16 (dead units)
+        plan = fused._Plan(batch, units, torch.device("cuda", 0), gates, operands, 2 if op == "bf16" else 4)
+        shape = dict(H=units, BLOCK_B=plan.block_b, BLOCK_H=fused.BLOCK_H, BLOCK_K=fused.BLOCK_K,
                      OP_DTYPE=tl.bfloat16 if op == "bf16" else tl.float32, PRECISION="tf32",
                      HAS_ZH=mask in ("tied", "untied"), PER_GATE=mask == "untied")
         fwd = dict(shape, SAVE_ACTS=True, K_CHUNK=plan.chunk_f, SPLIT=plan.split_f)
