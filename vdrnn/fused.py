@@ -52,13 +52,13 @@ F.linear in the reference), else in fp32 with TF32 when ``torch.backends.cuda.ma
 is on and IEEE fp32 otherwise; it accumulates in fp32, and gate sums, c_t, h_t and every gradient
 carried through time stay fp32. y is returned in x_proj's dtype, as the reference does.
 
-The kernels run H units as H rounded up to 16 (:class:`_Units`: 1500 as 1504, with 4 dead units that stay
-zero), so that every block of units is whole and every row aligned (7-20% off the step kernels at H=1500).
+The kernels run H units as HP, H rounded up to 16 (:class:`_Units`: 1500 as 1504, with 4 dead units that stay
+zero), so that every block of units is whole and every row aligned (7-20% off the step kernels at H=1500). The
+backward's dW_hh product then has aligned rows too, as cuBLAS's fast kernels want (:mod:`vdrnn.gemm`).
 
-W_hh is copied once per forward into a buffer in the product dtype, each gate's rows padded to those
-units, whose rows are zero-padded to a whole number of K slices: every row starts aligned and the kernels read whole slices of a row
-without masks, so the weight loads are full-width whatever H is (H = 650 rows are otherwise only
-8-byte aligned). The copy is reused by the backward pass.
+W_hh is copied once per forward into a buffer in the product dtype, [G*HP, w_cols]: each gate's rows padded to HP,
+each row zero-padded to a whole number of K slices. Every row starts aligned and the kernels read whole slices of
+a row without masks, so the weight loads are full-width whatever H is. The copy is reused by the backward pass.
 
 CUDA graphs: no host syncs and no allocation whose size depends on data, so a whole training step
 with this layer can be captured (:mod:`vdrnn.graphed`).
@@ -76,7 +76,6 @@ import warnings
 import torch
 from torch.autograd.function import once_differentiable
 
-from vdrnn import gemm
 from vdrnn.dropout import LayerMasks
 from vdrnn.recurrent import GATES, lstm_reference, masked_linear
 
@@ -649,15 +648,13 @@ class _FusedLSTM(torch.autograd.Function):
         # Whole-sequence products, one library call each (no loop over t).
         w = w_op[:, :hidden]
         hz = hz[:steps]  # each step's operand: h_{t-1} masked, for t = 0..T-1, as the forward used it
-        # dW's rows are H long: zero-padded for cuBLAS's fast kernels where H is not 16 bytes (vdrnn.gemm).
-        hz_aligned = gemm.pad_last(hz, gemm.padding(hidden, hz.dtype, dev))
         if per_gate:  # untied: gate g saw h * z_h^g, so dW_g and dh_0 are per-gate products
             dg4 = dg_op.view(steps, batch, GATES, hidden)
-            dw = torch.einsum("tbgk,tgbj->gkj", dg4, hz_aligned)[..., :hidden]
+            dw = torch.einsum("tbgk,tgbj->gkj", dg4, hz)
             dh0 = torch.einsum("bgk,gkj->bgj", dg4[0], w.reshape(GATES, hidden, hidden)).float()
             dh0 = (dh0 * zh).sum(1)
         else:
-            dw = (dg_op.view(steps * batch, -1).t() @ hz_aligned.flatten(0, 2))[:, :hidden]
+            dw = dg_op.view(steps * batch, -1).t() @ hz.reshape(steps * batch, hidden)
             dh0 = (dg_op[0] @ w).float()
             if has_zh:
                 dh0 = dh0 * zh

@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from vdrnn import fused, gemm
+from vdrnn import fused
 from vdrnn.dropout import LayerMasks
 from vdrnn.fused import (
     _dummy,
@@ -338,15 +338,13 @@ class _FusedGRU(torch.autograd.Function):
         w = w_op[:, :hidden]
         hz = hz[:steps]  # each step's operand: h_{t-1} masked, for t = 0..T-1, as the forward used it
         da = dgo[..., :three_h]
-        # dW's rows are H long: zero-padded for cuBLAS's fast kernels where H is not 16 bytes (vdrnn.gemm).
-        hz_aligned = gemm.pad_last(hz, gemm.padding(hidden, hz.dtype, dev))
         if per_gate:  # untied: gate g saw h * z_h^g, so dW_g and dh_0 are per-gate products
             da3 = da.reshape(steps, batch, GRU_GATES, hidden)
-            dw = torch.einsum("tbgk,tgbj->gkj", da3, hz_aligned)[..., :hidden]
+            dw = torch.einsum("tbgk,tgbj->gkj", da3, hz)
             dh0 = torch.einsum("bgk,gkj->bgj", da3[0], w.reshape(GRU_GATES, hidden, hidden)).float()
             dh0 = (dh0 * zh).sum(1)
         else:
-            dw = (da.reshape(steps * batch, three_h).t() @ hz_aligned.flatten(0, 2))[:, :hidden]
+            dw = da.reshape(steps * batch, three_h).t() @ hz.reshape(steps * batch, hidden)
             dh0 = (da[0] @ w).float()
             if has_zh:
                 dh0 = dh0 * zh
