@@ -17,6 +17,7 @@ from triton_setup import (  # noqa: F401 (exact_fp32: autouse fixture)
     FP32_TOL,
     exact_fp32,
     gpu,
+    kernel_units,
     random_weights,
     rel,
     shared_masks,
@@ -97,13 +98,22 @@ def test_fused_with_aligned_products_matches_reference(kind, monkeypatch):
 @pytest.mark.parametrize("kind", ["tied", "untied", "moon"])
 def test_dead_units_change_nothing(kind, multiple, units, monkeypatch):
     """33 units run by the kernels as 48 (15 dead units, fused.UNIT_MULTIPLE 16) or as they are: the same results."""
-    monkeypatch.setattr(fused, "UNIT_MULTIPLE", multiple)
-    run_units = []
-    real_forward = fused._forward
-    monkeypatch.setattr(fused, "_forward", lambda x_proj, *rest, **kw: run_units.append(x_proj.shape[-1] // 4)
-                        or real_forward(x_proj, *rest, **kw))
+    runs = kernel_units(monkeypatch, fused, 4, multiple)
     assert_fused_matches_reference(kind, hidden=33)
-    assert run_units == [units]
+    [(run_units, y)] = runs
+    assert run_units == units
+    assert y[..., 33:].abs().max().item() == 0 if units > 33 else y.shape[-1] == 33  # dead units stay exactly 0
+
+
+def test_packed_weight_pads_each_gate_with_zeros():
+    """W_hh [4H, H] as the kernels read it: [4 HP, w_cols], each gate's H x H block in place and zeros elsewhere, so
+    that a dead unit gets no input and feeds none (its rows and columns are zero)."""
+    w = torch.randn(4 * 5, 5)
+    plan = fused._Plan(3, 16, torch.device("cpu"))
+    packed = fused._pack_weight(w, torch.float32, plan).view(4, 16, plan.w_cols)
+    torch.testing.assert_close(packed[:, :5, :5], w.view(4, 5, 5))
+    packed[:, :5, :5] = 0
+    assert packed.abs().max().item() == 0
 
 
 def assert_fused_matches_reference(kind: str, hidden: int) -> None:

@@ -16,12 +16,13 @@ from triton_setup import (  # noqa: F401 (exact_fp32: autouse fixture)
     FP32_TOL,
     exact_fp32,
     gpu,
+    kernel_units,
     random_weights,
     rel,
     shared_masks,
 )
 
-from vdrnn import fused, fused_gru, gemm
+from vdrnn import fused_gru, gemm
 from vdrnn.dropout import LayerMasks, bernoulli_mask
 from vdrnn.fused_gru import gru_fused
 from vdrnn.recurrent import GRU_GATES, GRULayer, gru_reference
@@ -94,14 +95,12 @@ def test_fused_gru_with_aligned_products_matches_reference(kind, monkeypatch):
 @pytest.mark.parametrize("kind", ["tied", "untied"])
 def test_fused_gru_dead_units_change_nothing(kind, multiple, units, monkeypatch):
     """13 units run by the kernels as 16 (3 dead units, fused.UNIT_MULTIPLE 16) or as they are: the same results."""
-    monkeypatch.setattr(fused, "UNIT_MULTIPLE", multiple)
-    run_units = []
-    real_forward = fused_gru._forward
-    monkeypatch.setattr(fused_gru, "_forward", lambda x_proj, *rest, **kw: run_units.append(x_proj.shape[-1] // 3)
-                        or real_forward(x_proj, *rest, **kw))
+    runs = kernel_units(monkeypatch, fused_gru, GRU_GATES, multiple)
     torch.manual_seed(0)
     compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind)
-    assert run_units == [units]
+    [(run_units, y)] = runs
+    assert run_units == units
+    assert y[..., 13:].abs().max().item() == 0 if units > 13 else y.shape[-1] == 13  # dead units stay exactly 0
 
 
 @pytest.mark.parametrize("kind", ["tied", "gaussian_untied", "tied_batch"])
