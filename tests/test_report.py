@@ -19,8 +19,9 @@ def test_report_groups_seeds_and_sets_paper_numbers_beside_ours(tmp_path, tiny_c
     run_cli("train", "-m", "experiment=medium_zaremba,medium_variational", "seed=1,2", *tiny,
             f"data.root={tiny_corpus}", "eval.samples=2", "hydra.sweep.dir=sweep", cwd=tmp_path)
     result = run_cli("report", "sweep", "--out", "report", cwd=tmp_path)
-    assert "| Zaremba et al. 2014 | medium | in 0.5, out 0.5 | 2 |" in result.stdout
-    assert "| Variational (tied weights) | medium | emb 0.2, in 0.3, h 0.2, out 0.3 | 2 |" in result.stdout
+    # The smoke runs' 16 units show beside the preset's size; the paper's numbers are the preset's.
+    assert "| Zaremba et al. 2014 | medium (16 units) | in 0.5, out 0.5 | 2 |" in result.stdout
+    assert "| Variational (tied weights) | medium (16 units) | emb 0.2, in 0.3, h 0.2, out 0.3 | 2 |" in result.stdout
     with open(tmp_path / "report" / "table.csv") as f:
         rows = {r["row"]: r for r in csv.DictReader(f)}
     zaremba, variational = rows["Zaremba et al. 2014"], rows["Variational (tied weights)"]
@@ -303,6 +304,17 @@ def test_ptb_rows_follow_table_1_and_each_paper_number_sits_in_its_column(tmp_pa
         paper = next(p for p in PAPER.values() if p["row"] == row["row"])
         cells = [row["paper valid"], row["paper test"], row["paper MC test"]]
         assert cells == ["–" if paper[k] is None else f"{paper[k]:.1f}" for k in ("valid", "test", "test_mc")]
+
+
+def test_a_preset_run_at_other_units_says_so_in_its_size(tmp_path):
+    """`experiment=medium_variational model.hidden_size=1024` is not the paper's medium model: its own row, whose size
+    names its units beside the preset's paper size (and the paper's numbers, the preset's target)."""
+    fake_ptb_run(tmp_path / "runs" / "medium", 1, [], paper=PAPER["variational"])
+    fake_ptb_run(tmp_path / "runs" / "wider", 1, ["model.hidden_size=1024"], hidden=1024, paper=PAPER["variational"])
+    medium, wider = ptb_rows(tmp_path)
+    assert (medium["size"], medium["paper test"]) == ("medium", "79.7")
+    assert (wider["row"], wider["size"], wider["paper test"]) == ("Variational (tied weights)", "medium (1024 units)",
+                                                                  "79.7")
 
 
 def test_the_cost_columns_average_the_seeds_and_count_the_final_test(tmp_path):

@@ -433,6 +433,7 @@ ROW_ORDER = ["Non-regularized (early stopping)", "Moon et al. 2015", "Moon et al
              "Zaremba et al. 2014", "Variational (tied weights)", "Variational (untied weights)"]
 SIZE_NAMES = {200: "small", 650: "medium", 1500: "large"}
 SIZE_ORDER = list(SIZE_NAMES.values())  # the table's and the plot's order; other sizes follow
+PAPER_UNITS = {"small": 200, "medium": 650, "large": 1500, "awd": 1150}  # the units of each preset's paper size
 
 
 @dataclass
@@ -450,11 +451,14 @@ class PtbRow(Row):
 
 def ptb_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
     """(row name, size, dropout probabilities): how the table names a run. Runs named alike are seeds of one
-    row when their other settings agree too (``row_for``)."""
+    row when their other settings agree too (``row_for``). A preset's run at other units than its paper size's
+    (``model.hidden_size=...``, a smoke run) says so, "medium (16 units)", beside the paper's medium numbers."""
     config = metrics.get("config") or {}
     paper = metrics.get("paper")
     hidden = config.get("model", {}).get("hidden_size")
     size = paper["size"] if paper else SIZE_NAMES.get(hidden, f"{hidden} units")
+    if paper and PAPER_UNITS.get(paper["size"], hidden) != hidden:
+        size = f"{size} ({hidden} units)"
     return (paper["row"] if paper else scheme_name(config)), size, dropout_label(config.get("dropout", {}))
 
 
