@@ -433,7 +433,8 @@ ROW_ORDER = ["Non-regularized (early stopping)", "Moon et al. 2015", "Moon et al
              "Zaremba et al. 2014", "Variational (tied weights)", "Variational (untied weights)"]
 SIZE_NAMES = {200: "small", 650: "medium", 1500: "large"}
 SIZE_ORDER = list(SIZE_NAMES.values())  # the table's and the plot's order; other sizes follow
-PAPER_UNITS = {"small": 200, "medium": 650, "large": 1500, "awd": 1150}  # the units of each preset's paper size
+# The units of each preset's paper size: Table 1's sizes, and AWD's 1150 (conf/model/awd.yaml).
+PAPER_UNITS = {name: units for units, name in SIZE_NAMES.items()} | {"awd": 1150}
 
 
 @dataclass
