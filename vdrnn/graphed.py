@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from vdrnn.dropout import weights_of
 from vdrnn.model import LanguageModel, State
-from vdrnn.optim import clipped_sgd_step, finish_update
+from vdrnn.optim import clipped_sgd_step, finish_update, require_plain_sgd
 
 WARMUP_STEPS = 3  # eager steps before the first capture (see _capture)
 
@@ -43,8 +43,7 @@ class GraphedTrainStep:
             raise ValueError(f"amp={amp!r}: a graphed step supports 'off' and 'bf16' (fp16 needs a GradScaler)")
         if type(optimizer) is not torch.optim.SGD:  # Adam/ASGD built without capturable=True raise under capture
             raise ValueError(f"a graphed step takes plain SGD, not {type(optimizer).__name__}")
-        if any(group["momentum"] or group["maximize"] for group in optimizer.param_groups):
-            raise ValueError("a graphed step takes plain SGD: no momentum, no maximize (it folds the clip into SGD)")
+        require_plain_sgd(optimizer)
         self.model, self.optimizer = model, optimizer
         self.clip = clip
         self.weight_decay = weight_decay

@@ -41,6 +41,12 @@ def finish_update(weights: list[torch.nn.Parameter], decay: float, noise_scales:
         noise_scales.clamp_()
 
 
+def require_plain_sgd(optimizer: torch.optim.Optimizer) -> None:
+    """Refuse SGD with momentum or maximize: ``clipped_sgd_step`` folds the clip into plain SGD's update only."""
+    if any(group.get("momentum") or group.get("maximize") for group in optimizer.param_groups):
+        raise ValueError("the clip is folded into plain SGD's update: SGD with no momentum, no maximize")
+
+
 @torch.no_grad()
 def clipped_sgd_step(optimizer: torch.optim.SGD, params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
     """``clip_grad_norm_(params, max_norm)`` then ``optimizer.step()`` for SGD without momentum, in one pass: the
@@ -54,9 +60,8 @@ def clipped_sgd_step(optimizer: torch.optim.SGD, params: list[torch.nn.Parameter
     """
     norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm([p.grad for p in params if p.grad is not None])))
     factor = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    require_plain_sgd(optimizer)
     for group in optimizer.param_groups:
-        if group["momentum"] or group["maximize"]:
-            raise ValueError("clipped_sgd_step folds the clip into plain SGD: no momentum, no maximize")
         lr, decay = group["lr"], group["weight_decay"]
         for p in group["params"]:
             if p.grad is None:
