@@ -582,6 +582,18 @@ def _forward(x_proj, h0, c0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     return y, h_last, cs, (acts if save_acts else None), hz
 
 
+def _padded_forward(x_proj, h0, c0, w_hh, b_hh, zh, zc, c_scale: float, op_dtype: torch.dtype, save_acts: bool):
+    """The T forward steps at the kernels' HP units (:class:`_Units`): the one place that pads a layer's inputs, for
+    training and inference alike. Returns (units, plan, w_op, margs, h0 padded, ``_forward``'s results), all at HP."""
+    units = _Units(h0.shape[-1])
+    x_proj, b_hh = units.pad(x_proj, GATES), units.pad(b_hh, GATES)
+    h0, c0, zh, zc = units.pad(h0), units.pad(c0), units.pad(zh), units.pad(zc)
+    plan = _plan_for(x_proj, units.padded, zh, op_dtype, GATES)
+    w_op = _pack_weight(w_hh, op_dtype, plan)
+    margs = _mask_args(zh, zc, c_scale, _dummy(x_proj))
+    return units, plan, w_op, margs, h0, _forward(x_proj, h0, c0, w_op, b_hh, margs, plan, save_acts)
+
+
 def _op_dtype(device: torch.device) -> torch.dtype:
     """The dtype of the recurrent product: autocast's if it is on (as F.linear in the reference)."""
     if torch.is_autocast_enabled(device.type):
@@ -595,13 +607,9 @@ class _FusedLSTM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x_proj, h0, c0, w_hh, b_hh, zh, zc, c_scale, op_dtype):
         ctx.dtypes = (x_proj.dtype, h0.dtype, c0.dtype, w_hh.dtype, b_hh.dtype)
-        units = _Units(h0.shape[-1])  # from here on the kernels' HP units; sliced back to H on the way out
-        x_proj, b_hh = units.pad(x_proj, GATES), units.pad(b_hh, GATES)
-        h0, c0, zh, zc = units.pad(h0), units.pad(c0), units.pad(zh), units.pad(zc)
-        plan = _plan_for(x_proj, units.padded, zh, op_dtype, GATES)
-        w_op = _pack_weight(w_hh, op_dtype, plan)
-        margs = _mask_args(zh, zc, c_scale, _dummy(x_proj))
-        y, h_last, cs, acts, hz = _forward(x_proj, h0, c0, w_op, b_hh, margs, plan, save_acts=True)
+        # From here on the kernels' HP units; the results are sliced back to H on the way out.
+        units, plan, w_op, margs, h0, (y, h_last, cs, acts, hz) = _padded_forward(
+            x_proj, h0, c0, w_hh, b_hh, zh, zc, c_scale, op_dtype, save_acts=True)
         ctx.save_for_backward(w_op, hz, cs, acts, margs[0], margs[5], h0, y)
         ctx.margs = margs[1:5] + margs[6:]
         ctx.plan = plan
@@ -689,10 +697,6 @@ def lstm_fused(
         y, h_t, c_t = _FusedLSTM.apply(x_proj, h0, c0, w_hh, b_hh, zh, masks.c, masks.c_scale, op_dtype)
         return y, (h_t, c_t)
     # Inference (e.g. MC dropout evaluation): the same kernels, nothing saved for backward.
-    units = _Units(h0.shape[-1])
-    x_proj, b_hh = units.pad(x_proj, GATES), units.pad(b_hh, GATES)
-    plan = _plan_for(x_proj, units.padded, zh, op_dtype, GATES)
-    margs = _mask_args(units.pad(zh), units.pad(masks.c), masks.c_scale, _dummy(x_proj))
-    y, h_last, cs, _, _ = _forward(x_proj, units.pad(h0), units.pad(c0), _pack_weight(w_hh, op_dtype, plan), b_hh,
-                                   margs, plan, save_acts=False)
+    units, *_, (y, h_last, cs, _, _) = _padded_forward(x_proj, h0, c0, w_hh, b_hh, zh, masks.c, masks.c_scale,
+                                                       op_dtype, save_acts=False)
     return units.unpad(y), (units.unpad(h_last), units.unpad(cs[-1]))

@@ -273,6 +273,17 @@ def _forward(x_proj, h0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     return y, hs, (acts if save_acts else None), hz
 
 
+def _padded_forward(x_proj, h0, w_hh, b_hh, zh, op_dtype: torch.dtype, save_acts: bool):
+    """The T forward steps at the kernels' HP units (``fused._Units``): the one place that pads a layer's inputs, for
+    training and inference alike. Returns (units, plan, w_op, margs, ``_forward``'s results), all at HP."""
+    units = _Units(h0.shape[-1])
+    x_proj, b_hh, h0, zh = units.pad(x_proj, GRU_GATES), units.pad(b_hh, GRU_GATES), units.pad(h0), units.pad(zh)
+    plan = _plan_for(x_proj, units.padded, zh, op_dtype, GRU_GATES)
+    w_op = _pack_weight(w_hh, op_dtype, plan)
+    margs = _gru_mask_args(zh, x_proj)
+    return units, plan, w_op, margs, _forward(x_proj, h0, w_op, b_hh, margs, plan, save_acts)
+
+
 def _gru_mask_args(zh: torch.Tensor | None, like: torch.Tensor):
     """(z_h, stride_b, stride_g, has_zh, per_gate): vdrnn.fused's mask arguments less the LSTM's c-mask."""
     return _mask_args(zh, None, 1.0, _dummy(like))[:5]
@@ -284,12 +295,9 @@ class _FusedGRU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x_proj, h0, w_hh, b_hh, zh, op_dtype):
         ctx.dtypes = (x_proj.dtype, h0.dtype, w_hh.dtype, b_hh.dtype)
-        units = _Units(h0.shape[-1])  # from here on the kernels' HP units; sliced back to H on the way out
-        x_proj, b_hh, h0, zh = units.pad(x_proj, GRU_GATES), units.pad(b_hh, GRU_GATES), units.pad(h0), units.pad(zh)
-        plan = _plan_for(x_proj, units.padded, zh, op_dtype, GRU_GATES)
-        w_op = _pack_weight(w_hh, op_dtype, plan)
-        margs = _gru_mask_args(zh, x_proj)
-        y, hs, acts, hz = _forward(x_proj, h0, w_op, b_hh, margs, plan, save_acts=True)
+        # From here on the kernels' HP units; the results are sliced back to H on the way out.
+        units, plan, w_op, margs, (y, hs, acts, hz) = _padded_forward(x_proj, h0, w_hh, b_hh, zh, op_dtype,
+                                                                      save_acts=True)
         ctx.save_for_backward(w_op, hs, hz, acts, margs[0])
         ctx.margs = margs[1:]
         ctx.plan = plan
@@ -373,9 +381,5 @@ def gru_fused(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x_proj, h0, w_hh, b_hh)):
         return _FusedGRU.apply(x_proj, h0, w_hh, b_hh, zh, op_dtype)
     # Inference (e.g. MC dropout evaluation): the same kernels, nothing saved for backward.
-    units = _Units(h0.shape[-1])
-    x_proj, b_hh, h0, zh = units.pad(x_proj, GRU_GATES), units.pad(b_hh, GRU_GATES), units.pad(h0), units.pad(zh)
-    plan = _plan_for(x_proj, units.padded, zh, op_dtype, GRU_GATES)
-    margs = _gru_mask_args(zh, x_proj)
-    y, hs, _, _ = _forward(x_proj, h0, _pack_weight(w_hh, op_dtype, plan), b_hh, margs, plan, save_acts=False)
+    units, *_, (y, hs, _, _) = _padded_forward(x_proj, h0, w_hh, b_hh, zh, op_dtype, save_acts=False)
     return units.unpad(y), units.unpad(hs[-1])
