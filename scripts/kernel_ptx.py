@@ -42,7 +42,7 @@ SM_COUNT, BATCH, MC_BATCH = 132, 20, 1000  # H100 / H200, the benchmark's batch,
 SHARED_LIMIT = 232_448  # bytes of shared memory one program may use on sm_90
 # The kernels' scalar arguments by type. Pointers are the arguments named *_ptr; any other name is an error, so
 # that a new scalar argument is given its type here instead of being compiled as a pointer.
-INTS = {"t", "B", "stride_w", "stride_zb", "stride_zg"}
+INTS = {"t", "B", "stride_w", "stride_zb", "stride_zg", "stride_xg", "stride_hzg"}
 FLOATS = {"c_scale"}
 OP_POINTERS = {"w_ptr", "xp_ptr", "y_ptr", "hz_ptr", "dgo_ptr"}  # the tensors that are bf16 under autocast
 INT_POINTERS = {"cnt_ptr"}
@@ -82,11 +82,13 @@ def cases(hidden_sizes):
         operands = gates if mask == "untied" else 1
         units = fused._Units(hidden).padded  # the layers launch the kernels for H rounded up to 16 (dead units)
         plan = fused._Plan(batch, units, torch.device("cuda", 0), gates, operands, 2 if op == "bf16" else 4)
-        shape = dict(H=units, BLOCK_B=plan.block_b, BLOCK_H=fused.BLOCK_H, BLOCK_K=fused.BLOCK_K,
+        shape = dict(H=units, BLOCK_B=plan.block_b, BLOCK_H=fused.BLOCK_H,
                      OP_DTYPE=tl.bfloat16 if op == "bf16" else tl.float32, PRECISION="tf32",
                      HAS_ZH=mask in ("tied", "untied"), PER_GATE=mask == "untied")
-        fwd = dict(shape, SAVE_ACTS=True, K_CHUNK=plan.chunk_f, SPLIT=plan.split_f)
-        bwd = dict(shape, HAS_NEXT=True, K_CHUNK=plan.chunk_b, KS=plan.ks, OP_COPY=op == "bf16")
+        # Untied input masks give gate-major x_proj (gemm.per_gate_linear).
+        fwd = dict(shape, SAVE_ACTS=True, BLOCK_K=plan.block_k_f, K_CHUNK=plan.chunk_f, SPLIT=plan.split_f,
+                   XP_GATE_MAJOR=mask == "untied")
+        bwd = dict(shape, HAS_NEXT=True, BLOCK_K=fused.BLOCK_K, K_CHUNK=plan.chunk_b, KS=plan.ks, OP_COPY=op == "bf16")
         return plan, fwd, bwd
 
     for hidden, op, mask in itertools.product(hidden_sizes, ("fp32", "bf16"), ("none", "tied", "untied", "moon")):

@@ -94,6 +94,10 @@ def test_masked_linear_per_gate_is_one_product_per_gate():
     mask = bernoulli_mask((B, 3, D), 0.5, v)
     expected = torch.cat([F.linear(v * mask[:, k], w[k * H:(k + 1) * H], b[k * H:(k + 1) * H]) for k in range(3)], -1)
     assert torch.allclose(masked_linear(v, w, b, mask, per_gate=True), expected, atol=1e-5)
+    # Under autocast both give the product's dtype, as F.linear does: the fp32 bias does not promote the untied one.
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert masked_linear(v, w, b, mask, per_gate=True).dtype == torch.bfloat16
+        assert masked_linear(v, w, b, mask[:, 0], per_gate=False).dtype == torch.bfloat16
 
 
 @pytest.mark.parametrize("layer_cls", [GRULayer, RNNLayer])

@@ -98,7 +98,7 @@ def test_fused_with_aligned_products_matches_reference(kind, monkeypatch):
 @pytest.mark.parametrize("kind", ["tied", "untied", "moon"])
 def test_dead_units_change_nothing(kind, multiple, units, monkeypatch):
     """33 units run by the kernels as 48 (15 dead units, fused.UNIT_MULTIPLE 16) or as they are: the same results."""
-    runs = kernel_units(monkeypatch, fused, 4, multiple)
+    runs = kernel_units(monkeypatch, fused, multiple)
     assert_fused_matches_reference(kind, hidden=33)
     [(run_units, y)] = runs
     assert run_units == units
@@ -176,11 +176,36 @@ def test_plans_keep_the_forward_pipeline_within_shared_memory(batch, gates, op_b
     for hidden in (128, 512, 650, 1500):
         for operands in (1, gates):
             plan = fused._Plan(batch, hidden, torch.device("cpu"), gates, operands, op_bytes)
-            stage = (operands * plan.block_b + gates * fused.BLOCK_H) * fused.BLOCK_K * op_bytes
+            stage = (operands * plan.block_b + gates * fused.BLOCK_H) * plan.block_k_f * op_bytes
             assert plan.stages_f * stage <= 232448, (hidden, operands, plan.stages_f)
-    # Where three stages fit, the plan keeps them: tied, the same wide batch.
+    # Where three stages fit, the plan keeps them: tied, the same wide batch. Where they do not, the cap, not the
+    # narrower K slice (turned off here), takes the depth down.
+    monkeypatch.setattr(fused, "MIN_BLOCK_K_F", fused.BLOCK_K)
     assert fused._Plan(1000, 512, torch.device("cpu"), 4, 1, 4).stages_f == 3
     assert fused._Plan(1000, 512, torch.device("cpu"), 4, 4, 4).stages_f == 2
+
+
+def test_the_forward_narrows_its_k_slice_where_its_pipeline_would_crowd_out_programs(monkeypatch):
+    """Untied fp32 masks at 1500 units: 64-wide slices take 48 KB a stage, and three stages would leave one program per
+    SM; 32-wide ones leave three (PROGRAMS_PER_SM), the rest of the forward's plan kept. Where three programs fit
+    already (tied, or bf16), the slice stays BLOCK_K wide; the backward's never changes."""
+    import vdrnn.fused as fused
+
+    monkeypatch.setattr(fused, "_smem_limit", lambda device: 232448)
+    monkeypatch.setattr(fused, "_sm_count", lambda device: 132)
+
+    def plan(operands, op_bytes):
+        return fused._Plan(20, 1504, torch.device("cpu"), 4, operands, op_bytes)
+
+    untied = plan(4, 4)
+    assert (untied.block_k_f, untied.split_f, untied.chunk_f, untied.stages_f) == (32, 4, 384, 3)
+    stage = (4 * untied.block_b + 4 * fused.BLOCK_H) * untied.block_k_f * 4
+    assert untied.stages_f * stage * fused.PROGRAMS_PER_SM <= 232448
+    for operands, op_bytes in ((1, 4), (4, 2), (1, 2)):
+        assert plan(operands, op_bytes).block_k_f == fused.BLOCK_K
+    assert (untied.ks, untied.chunk_b) == (plan(1, 4).ks, plan(1, 4).chunk_b)
+    monkeypatch.setattr(fused, "MIN_BLOCK_K_F", fused.BLOCK_K)  # no narrowing: the plan as before
+    assert plan(4, 4).block_k_f == fused.BLOCK_K
 
 
 @gpu
@@ -200,7 +225,7 @@ def test_fused_bf16_autocast_close_to_reference(kind, block_plan):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         ref = run_with_grads(lstm_reference, leaves, masks, weights)
         out = run_with_grads(lstm_fused, leaves, masks, weights)
-    assert out[0].dtype == ref[0].dtype  # x_proj's dtype: bf16 when tied, fp32 when untied (+ fp32 bias)
+    assert out[0].dtype == ref[0].dtype == torch.bfloat16  # x_proj's dtype, tied or untied
     errors = {name: rel(o, r) for name, o, r in zip(NAMES, out, ref, strict=True)}
     assert all(e < 3e-2 for e in errors.values()), errors
 

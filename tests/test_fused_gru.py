@@ -95,7 +95,7 @@ def test_fused_gru_with_aligned_products_matches_reference(kind, monkeypatch):
 @pytest.mark.parametrize("kind", ["tied", "untied"])
 def test_fused_gru_dead_units_change_nothing(kind, multiple, units, monkeypatch):
     """13 units run by the kernels as 16 (3 dead units, fused.UNIT_MULTIPLE 16) or as they are: the same results."""
-    runs = kernel_units(monkeypatch, fused_gru, GRU_GATES, multiple)
+    runs = kernel_units(monkeypatch, fused_gru, multiple)
     torch.manual_seed(0)
     compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind)
     [(run_units, y)] = runs

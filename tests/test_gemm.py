@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vdrnn import gemm
+from vdrnn import fused, gemm
+from vdrnn.dropout import LayerMasks
 from vdrnn.recurrent import masked_linear
 
 
@@ -72,25 +73,55 @@ def test_linear_pads_in_the_product_dtype_under_autocast(aligned_on_cpu, linear_
     torch.testing.assert_close(y.float(), x.bfloat16().float() @ w.bfloat16().float().t(), rtol=1e-2, atol=1e-2)
 
 
-@pytest.mark.parametrize("per_gate", [False, True])
-def test_masked_linear_aligned_is_the_same_product(per_gate, aligned_on_cpu, linear_calls, monkeypatch):
-    """The fast paths' input product (aligned=True) against the reference's, tied and untied masks, H and D odd."""
-    einsums = []
-    real_einsum = torch.einsum
-    monkeypatch.setattr(torch, "einsum", lambda eq, *ops: einsums.append([o.shape for o in ops]) or real_einsum(eq, *ops))
-    gates, hidden, inputs, batch = 4, 5, 7, 3
+@pytest.mark.parametrize("per_gate,inputs", [(False, 7), (False, 8), (True, 7)])
+def test_input_product_is_masked_linear(per_gate, inputs, aligned_on_cpu, linear_calls, monkeypatch):
+    """The fast paths' input product against the reference's masked_linear, tied and untied masks, H odd: the same
+    values and gradients, as [T, B, G, units] with zeros for the kernels' dead units (5 live units of 6)."""
+    baddbmms = []
+    real_baddbmm = torch.baddbmm
+    monkeypatch.setattr(torch, "baddbmm", lambda b, x, w: baddbmms.append((x.shape, w.shape)) or real_baddbmm(b, x, w))
+    gates, hidden, units, batch = 4, 5, 6, 3
     v, w, b = leaves((2, batch, inputs), (gates * hidden, inputs), (gates * hidden,))
     mask = torch.rand(batch, gates, inputs, dtype=torch.float64) if per_gate else torch.rand(batch, inputs,
                                                                                              dtype=torch.float64)
     probe = torch.randn(2, batch, gates * hidden, dtype=torch.float64)
-    outs = []
-    for aligned in (False, True):
-        y = masked_linear(v, w, b, mask, per_gate, aligned=aligned)
-        outs.append((y, *torch.autograd.grad((y * probe).sum(), (v, w, b))))
-    for got, want in zip(outs[1], outs[0], strict=True):
-        torch.testing.assert_close(got, want)
-    # the aligned call's product saw D = 7 -> 8 and, untied, each gate's H = 5 -> 6 (float64: whole pairs)
+    want = masked_linear(v, w, b, mask, per_gate)
+    got = fused.input_product(v, w, b, LayerMasks(x=mask, per_gate=per_gate), gates, units)
+    assert got.shape == (2, batch, gates, units)
+    assert got[..., hidden:].abs().max().item() == 0
+    got = got[..., :hidden].flatten(-2)
+    torch.testing.assert_close(got, want)
+    grads = torch.autograd.grad((got * probe).sum(), (v, w, b))
+    for g, r in zip(grads, torch.autograd.grad((want * probe).sum(), (v, w, b)), strict=True):
+        torch.testing.assert_close(g, r)
+    # The aligned product saw D = 7 -> 8 (float64: whole pairs) and wrote each gate's 6 units itself; with D = 8
+    # aligned already and fewer rows of output (6) than of weight (8 inputs), the output is padded after it instead.
     if per_gate:
-        assert einsums[1] == [(2, batch, gates, 8), (gates, 6, 8)]
+        assert baddbmms == [((gates, 2 * batch, 8), (gates, 8, units))]
     else:
-        assert linear_calls[1] == ((2, batch, 8), (gates * hidden, 8))
+        assert linear_calls[-1] == ((2, batch, 8), (gates * (units if inputs == 7 else hidden), 8))
+
+
+def test_per_gate_linear_is_a_view_of_gate_major_storage():
+    """Each gate's [N, units] rows are one matrix, which the kernels and the batched GEMM's backward read in place;
+    the kernels tell the two layouts of x_proj apart, and refuse any other."""
+    v, w, mask = torch.randn(2, 3, 7), torch.randn(4 * 5, 7), torch.rand(3, 4, 7)
+    out = gemm.per_gate_linear(v, w, None, mask, units=8)
+    assert out.shape == (2, 3, 4, 8) and out.stride() == (3 * 8, 8, 2 * 3 * 8, 1)
+    assert fused._gate_major(out) and not fused._gate_major(out.contiguous())
+    with pytest.raises(ValueError, match="neither"):
+        fused._gate_major(out.transpose(0, 1))
+
+
+def test_per_gate_linear_rounds_the_masked_input_once_under_autocast(aligned_on_cpu):
+    """bf16 autocast: v * z is formed in fp32 and rounded once, as F.linear under autocast rounds the reference's."""
+    gates, hidden, inputs = 4, 6, 1500
+    gen = torch.Generator().manual_seed(0)  # fixed: a sum landing on a bf16 rounding boundary would differ by one ulp
+    v, w = torch.randn(5, 2, inputs, generator=gen), torch.randn(gates * hidden, inputs, generator=gen)
+    mask = torch.full((2, gates, inputs), 1 / 0.7)  # 1/(1-p): not a bf16 value
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = gemm.per_gate_linear(v, w, None, mask, hidden)
+    want = torch.einsum("tbgd,ghd->tbgh", (v.unsqueeze(-2) * mask).bfloat16().float(),
+                        w.bfloat16().float().view(gates, hidden, inputs))
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want.bfloat16().float(), rtol=0, atol=0.05)

@@ -94,17 +94,17 @@ def shared_masks(kind: str, gates: int, steps: int, batch: int, inputs: int, hid
     return None
 
 
-def kernel_units(monkeypatch, module, gates: int, multiple: int) -> list[tuple[int, torch.Tensor]]:
+def kernel_units(monkeypatch, module, multiple: int) -> list[tuple[int, torch.Tensor]]:
     """Set ``fused.UNIT_MULTIPLE`` to ``multiple``; the list returned fills with (units, y) for each call of
-    ``module._forward`` (the LSTM's or the GRU's kernel loop): the units it ran, x_proj being [T, B, gates * units],
-    and its output y [T, B, units], dead units included."""
+    ``module._forward`` (the LSTM's or the GRU's kernel loop): the units it ran and its output y [T, B, units], dead
+    units included."""
     monkeypatch.setattr(fused, "UNIT_MULTIPLE", multiple)
     seen: list[tuple[int, torch.Tensor]] = []
     real_forward = module._forward
 
-    def forward(x_proj, *args, **kwargs):
-        out = real_forward(x_proj, *args, **kwargs)
-        seen.append((x_proj.shape[-1] // gates, out[0].detach().clone()))
+    def forward(*args, **kwargs):
+        out = real_forward(*args, **kwargs)
+        seen.append((out[0].shape[-1], out[0].detach().clone()))
         return out
     monkeypatch.setattr(module, "_forward", forward)
     return seen

@@ -8,7 +8,7 @@ arithmetic. This module does the same computation with as few launches as the ma
 
 What runs where (one layer, T steps, batch B, hidden H):
 
-1. Input half, once for all steps: ``masked_linear`` (one GEMM, x masks applied there).
+1. Input half, once for all steps: ``input_product`` (one GEMM, x masks applied there).
    x_t does not depend on h, so it never needs to be inside the loop.
 2. Forward, ONE Triton kernel per time step (``_fwd_step``). A program owns a block of hidden units
    j and all four gates of those units, so it has everything the LSTM cell needs for them:
@@ -33,6 +33,10 @@ What runs where (one layer, T steps, batch B, hidden H):
 4. After the loop, whole-sequence products that need no loop: dW_hh as ONE GEMM over all T*B rows
    (dgates^T @ hz, the operands the forward used; a per-gate batched GEMM for untied masks), db_hh = sum of dgates,
    d x_proj = dgates (autograd carries it on to x, w_ih, b_ih), dh_0 from one more small GEMM.
+
+With untied input masks x_proj is gate-major, [4, T, B, H] storage (:func:`vdrnn.gemm.per_gate_linear`), and so is hz:
+each gate's input product and weight gradient is then one matrix of a batched GEMM, with no transposing copies
+(0.6 ms off the 1500-unit fp32 step with the narrower forward K slice of ``_Plan``, results/bench/untied/).
 
 Split-K inside the one launch. At batch 20 a step has only H / 16 blocks of output (41 at H=650,
 94 at H=1500), too few to keep 132 SMs busy pulling W_hh through memory. So each kernel also
@@ -76,8 +80,9 @@ import warnings
 import torch
 from torch.autograd.function import once_differentiable
 
+from vdrnn import gemm
 from vdrnn.dropout import LayerMasks
-from vdrnn.recurrent import GATES, lstm_reference, masked_linear
+from vdrnn.recurrent import GATES, lstm_reference
 
 _KERNELS = None  # (fwd_step, bwd_step) once built
 _WARNED: set[str] = set()  # modules that have said they fall back to the reference loop
@@ -95,6 +100,7 @@ NUM_STAGES = int(os.environ.get("VDRNN_FUSED_STAGES", "3"))
 PROGRAMS_PER_SM = float(os.environ.get("VDRNN_FUSED_PROGRAMS_PER_SM", "3"))
 # The kernels run H units as H rounded up to a multiple of this (see _Units); 1 runs them as they are.
 UNIT_MULTIPLE = int(os.environ.get("VDRNN_FUSED_UNIT_MULTIPLE", "16"))
+MIN_BLOCK_K_F = 32  # the narrowest K slice the forward narrows to for occupancy (see _Plan)
 FORCE_SPLIT: tuple[int, int] | None = None  # (forward splits, backward splits per gate); for tests
 
 
@@ -138,26 +144,25 @@ def _build_kernels():
     def _fwd_step(
         t, xp_ptr, w_ptr, bias_ptr, hz_ptr, zh_ptr, zc_ptr, c_scale,
         h_last_ptr, cs_ptr, y_ptr, act_ptr, ws_ptr, cnt_ptr,
-        B, stride_w, stride_zb, stride_zg,
-        H: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr, HAS_ZC: tl.constexpr,
+        B, stride_w, stride_zb, stride_zg, stride_xg, stride_hzg,
+        H: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr, HAS_ZC: tl.constexpr, XP_GATE_MAJOR: tl.constexpr,
         SAVE_ACTS: tl.constexpr, OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
         BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
         K_CHUNK: tl.constexpr, SPLIT: tl.constexpr,
     ):
         """Step t: reads hz[t], cs[t], x_proj[t]; writes hz[t+1], h_last, cs[t+1], y[t], acts[t].
 
-        hz: [T+1, NZ, B, H] in OP_DTYPE, h_t already masked (NZ = 4 masked copies for untied masks, else 1),
-        the product's operand as the previous step stored it; h_last: [B, H] fp32, h_t in full precision,
-        overwritten every step (nothing reads it but the caller, for h_T); cs: [T+1, B, H] fp32; x_proj, acts:
-        [T, B, 4H]; y: [T, B, H]; W: [4H, stride_w]; ws: [SPLIT, B, 4H] fp32 partial sums; cnt: one int32
-        arrival counter per (b, j) block. Program (j, s, b) sums k in [s*K_CHUNK, (s+1)*K_CHUNK) for hidden
-        units j, batch rows b.
+        hz: [NZ, T+1, B, H] in OP_DTYPE (gate stride stride_hzg), h_t already masked (NZ = 4 masked copies for
+        untied masks, else 1), the product's operand as the previous step stored it; h_last: [B, H] fp32, h_t in
+        full precision, overwritten every step (nothing reads it but the caller, for h_T); cs: [T+1, B, H] fp32;
+        x_proj: [T, B, 4H], or [4, T, B, H] (gate stride stride_xg) if XP_GATE_MAJOR; acts: [T, B, 4H]; y:
+        [T, B, H]; W: [4H, stride_w]; ws: [SPLIT, B, 4H] fp32 partial sums; cnt: one int32 arrival counter per
+        (b, j) block. Program (j, s, b) sums k in [s*K_CHUNK, (s+1)*K_CHUNK) for hidden units j, batch rows b.
         """
         pid_s = tl.program_id(1)
         t = t.to(tl.int64)
         offs_b, offs_j, mask_b, mask_j, mask_bj = parts.block(B, H, BLOCK_B, BLOCK_H)
-        NZ = 4 if PER_GATE else 1  # masked copies of h per step in hz
-        a_prev = hz_ptr + t * NZ * B * H + offs_b[:, None] * H
+        a_prev = hz_ptr + t * B * H + offs_b[:, None] * H
         acc_i = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
         acc_f = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
         acc_g = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
@@ -175,9 +180,9 @@ def _build_kernels():
             a_at = a_prev + offs_k[None, :]
             a_i = tl.load(a_at, mask=mask_bk, other=0.0)
             if PER_GATE:  # untied: each gate sees its own masked copy of h_{t-1}
-                a_f = tl.load(a_at + B * H, mask=mask_bk, other=0.0)
-                a_g = tl.load(a_at + 2 * B * H, mask=mask_bk, other=0.0)
-                a_o = tl.load(a_at + 3 * B * H, mask=mask_bk, other=0.0)
+                a_f = tl.load(a_at + stride_hzg, mask=mask_bk, other=0.0)
+                a_g = tl.load(a_at + 2 * stride_hzg, mask=mask_bk, other=0.0)
+                a_o = tl.load(a_at + 3 * stride_hzg, mask=mask_bk, other=0.0)
             else:  # tied (or no mask): one operand for all four gates
                 a_f = a_i
                 a_g = a_i
@@ -191,11 +196,11 @@ def _build_kernels():
         bh = offs_b[:, None] * H + offs_j[None, :]
         # The cell's other inputs, loaded before the split-K hand-off below so that their latency
         # overlaps it (every program loads them; only the last one uses them).
-        xp = xp_ptr + t * B * G + offs_b[:, None] * G + offs_j[None, :]
+        xp, x_gate = parts.input_rows(xp_ptr, t, B, offs_b, offs_j, stride_xg, H, 4, XP_GATE_MAJOR)
         x_i = tl.load(xp, mask=mask_bj, other=0.0).to(tl.float32)
-        x_f = tl.load(xp + H, mask=mask_bj, other=0.0).to(tl.float32)
-        x_g = tl.load(xp + 2 * H, mask=mask_bj, other=0.0).to(tl.float32)
-        x_o = tl.load(xp + 3 * H, mask=mask_bj, other=0.0).to(tl.float32)
+        x_f = tl.load(xp + x_gate, mask=mask_bj, other=0.0).to(tl.float32)
+        x_g = tl.load(xp + 2 * x_gate, mask=mask_bj, other=0.0).to(tl.float32)
+        x_o = tl.load(xp + 3 * x_gate, mask=mask_bj, other=0.0).to(tl.float32)
         x_i += tl.load(bias_ptr + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
         x_f += tl.load(bias_ptr + H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
         x_g += tl.load(bias_ptr + 2 * H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
@@ -246,13 +251,13 @@ def _build_kernels():
         tl.store(y_ptr + t * B * H + bh, h_new.to(y_ptr.dtype.element_ty), mask=live)
         # The next step's operand, masked and cast once here rather than by each of the next step's programs
         # that reads it (n_j of them per k slice, loading h and z and multiplying).
-        hz_next = hz_ptr + (t + 1) * NZ * B * H + bh
+        hz_next = hz_ptr + (t + 1) * B * H + bh
         if HAS_ZH:
             tl.store(hz_next, (h_new * z_i).to(OP_DTYPE), mask=live)
             if PER_GATE:
-                tl.store(hz_next + B * H, (h_new * z_f).to(OP_DTYPE), mask=live)
-                tl.store(hz_next + 2 * B * H, (h_new * z_g).to(OP_DTYPE), mask=live)
-                tl.store(hz_next + 3 * B * H, (h_new * z_o).to(OP_DTYPE), mask=live)
+                tl.store(hz_next + stride_hzg, (h_new * z_f).to(OP_DTYPE), mask=live)
+                tl.store(hz_next + 2 * stride_hzg, (h_new * z_g).to(OP_DTYPE), mask=live)
+                tl.store(hz_next + 3 * stride_hzg, (h_new * z_o).to(OP_DTYPE), mask=live)
         else:
             tl.store(hz_next, h_new.to(OP_DTYPE), mask=live)
         if SAVE_ACTS:
@@ -406,30 +411,46 @@ class _Plan:
         self.block_b = min(64, max(16, 1 << (batch - 1).bit_length()))
         self.n_b = _cdiv(batch, self.block_b)
         self.n_j = _cdiv(hidden, BLOCK_H)
-        tiles = _cdiv(hidden, BLOCK_K)
         target = PROGRAMS_PER_SM * _sm_count(device)
         if FORCE_SPLIT is not None:
             want_f, want_b = FORCE_SPLIT
         else:
             want_f = max(1, round(target / (self.n_j * self.n_b)))
             want_b = max(1, round(target / (4 * self.n_j * self.n_b)))
-        per_f = _cdiv(tiles, min(want_f, tiles))  # K tiles per program
-        per_b = _cdiv(tiles, min(want_b, tiles))
-        self.split_f, self.chunk_f = _cdiv(tiles, per_f), per_f * BLOCK_K
+        tiles = _cdiv(hidden, BLOCK_K)
+        per_b = _cdiv(tiles, min(want_b, tiles))  # K tiles per program
         self.ks, self.chunk_b = _cdiv(tiles, per_b), per_b * BLOCK_K
+        self.stages_b = max(1, min(NUM_STAGES, per_b))
+        # The forward's K slice: BLOCK_K, or narrower where its pipeline would leave room for fewer than
+        # PROGRAMS_PER_SM programs on an SM. A stage holds the operand tile(s) [BLOCK_B, K slice] and the gates' W
+        # tiles [K slice, BLOCK_H]; untied fp32 masks at 1500 units take 48 KB a stage at 64 wide, so three stages
+        # left one program per SM, and the forward step ran 31.5 us against 24.5 us at 32 wide (one H200,
+        # results/bench/untied/).
+        smem = _smem_limit(device)
+        self.block_k_f = BLOCK_K
+        while True:
+            stage = self._plan_forward(want_f, gates, operands, op_bytes, smem)
+            if self.stages_f * stage * PROGRAMS_PER_SM <= smem or self.block_k_f <= MIN_BLOCK_K_F:
+                break
+            self.block_k_f //= 2
+        # Columns of the packed W: whole chunks for the forward, whole BLOCK_H blocks for the backward.
+        self.w_cols = max(self.split_f * self.chunk_f, self.n_j * BLOCK_H)
+
+    def _plan_forward(self, want_f: int, gates: int, operands: int, op_bytes: int, smem: int) -> int:
+        """The forward's split, chunk and pipeline depth for its K slice ``block_k_f``; returns a stage's bytes."""
+        tiles = _cdiv(self.hidden, self.block_k_f)
+        per_f = _cdiv(tiles, min(want_f, tiles))  # K slices per program
+        self.split_f, self.chunk_f = _cdiv(tiles, per_f), per_f * self.block_k_f
         # Software-pipelining depth: no deeper than the loop is long (deeper only costs shared memory,
         # hence fewer programs resident per SM), and none for a forward loop of one or two K slices, too short
         # to repay the pipeline's prologue (H=650 on an H100: LSTM step in fp32 2.74 -> 2.50 ms tied, bf16
         # within 3%; GRU layer 1-6% faster; results/bench/NOTES.md).
-        self.stages_f = 1 if per_f <= 2 else min(NUM_STAGES, per_f)
-        # ... and no deeper than shared memory holds: a stage is the operand tile(s) [BLOCK_B, BLOCK_K] and the
-        # gates' W tiles [BLOCK_K, BLOCK_H]. Untied fp32 at BLOCK_B 64 (MC evaluation's wide batches) takes 80 KB
-        # a stage, and three overflow an H100's 227 KB.
-        stage = (operands * self.block_b + gates * BLOCK_H) * BLOCK_K * op_bytes
-        self.stages_f = max(1, min(self.stages_f, _smem_limit(device) // stage))
-        self.stages_b = max(1, min(NUM_STAGES, per_b))
-        # Columns of the packed W: whole chunks for the forward, whole BLOCK_H blocks for the backward.
-        self.w_cols = max(self.split_f * self.chunk_f, self.n_j * BLOCK_H)
+        stages = 1 if per_f <= 2 else min(NUM_STAGES, per_f)
+        # ... and no deeper than shared memory holds. Untied fp32 at BLOCK_B 64 (MC evaluation's wide batches) takes
+        # 80 KB a stage at 64 wide, and three overflow an H100's 227 KB.
+        stage = (operands * self.block_b + gates * BLOCK_H) * self.block_k_f * op_bytes
+        self.stages_f = max(1, min(stages, smem // stage))
+        return stage
 
 
 def _untied(zh: torch.Tensor | None) -> bool:
@@ -438,7 +459,7 @@ def _untied(zh: torch.Tensor | None) -> bool:
 
 
 def _plan_for(x_proj: torch.Tensor, hidden: int, zh: torch.Tensor | None, op_dtype: torch.dtype, gates: int) -> _Plan:
-    """The plan of a layer's T steps: x_proj [T, B, gates * H], the recurrent mask zh ([B, G, H] when untied)."""
+    """The plan of a layer's T steps: x_proj [T, B, gates, H], the recurrent mask zh ([B, G, H] when untied)."""
     operands = gates if _untied(zh) else 1
     return _Plan(x_proj.shape[1], hidden, x_proj.device, gates, operands, op_dtype.itemsize)
 
@@ -526,6 +547,32 @@ def _masked_h0(h0: torch.Tensor, zh: torch.Tensor | None, per_gate: bool) -> tor
     return (h0 * zh).unsqueeze(0)
 
 
+def input_product(x: torch.Tensor, w_ih: torch.Tensor, b_ih: torch.Tensor, masks: LayerMasks, gates: int,
+                  units: int) -> torch.Tensor:
+    """W_ih (x * z_x) + b_ih for all steps and gates at once, as :func:`vdrnn.recurrent.masked_linear`, through aligned
+    products (:mod:`vdrnn.gemm`): [T, B, G, units], each gate's H values followed by zeros for the kernels' dead units
+    (:class:`_Units`), written so by the product (zero rows of W_ih) rather than copied after it: at MC evaluation's
+    1,000 sequences that copy took 1.7 of 17.8 s (one H200). With untied masks it is a view of gate-major storage,
+    which the kernels read through its strides."""
+    if masks.x is not None and masks.per_gate:
+        return gemm.per_gate_linear(x, w_ih, b_ih, masks.x, units)
+    v = x if masks.x is None else x * masks.x.to(x.dtype)
+    return gemm.linear(v, w_ih, b_ih, gates, units).unflatten(-1, (gates, units))
+
+
+def _gate_major(x_proj: torch.Tensor) -> bool:
+    """Is x_proj [T, B, G, H] a view of gate-major storage [G, T, B, H] (``gemm.per_gate_linear``'s), rather than
+    contiguous? The kernels address the two layouts apart, the contiguous one with constant strides: through runtime
+    strides the 650-unit fp32 forward step took 11.4 instead of 9.6 us (one H200)."""
+    steps, batch, gates, hidden = x_proj.shape
+    if x_proj.is_contiguous():
+        return False
+    if x_proj.stride() == (batch * hidden, hidden, steps * batch * hidden, 1):
+        return True
+    raise ValueError(f"x_proj {tuple(x_proj.shape)} with strides {x_proj.stride()}: neither [T, B, G, H] contiguous "
+                     "nor a view of [G, T, B, H]")
+
+
 def recurrent_mask_grad(d_products: torch.Tensor, w: torch.Tensor, h_prev: torch.Tensor, zh: torch.Tensor,
                         per_gate: bool) -> torch.Tensor:
     """dL/dz_h, for a recurrent mask that is itself learned (Kingma's adaptive Gaussian dropout).
@@ -548,18 +595,21 @@ def recurrent_mask_grad(d_products: torch.Tensor, w: torch.Tensor, h_prev: torch
 
 
 def _forward(x_proj, h0, c0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
-    """Run the T forward steps. Returns y [T,B,H] (x_proj dtype), h_T [B,H] and cs [T+1,B,H] fp32, acts or None,
-    and hz [T+1, NZ, B, H]: each step's product operand, h_t masked (NZ = 4 copies for untied masks) in W's dtype."""
+    """Run the T forward steps of the plan's H units; x_proj [T, B, 4, H] is contiguous or gate-major (``_gate_major``).
+    Returns y [T,B,H] (x_proj dtype), h_T [B,H] and cs [T+1,B,H] fp32, acts or None, and hz [NZ, T+1, B, H]: each
+    step's product operand, h_t masked (NZ = 4 copies for untied masks) in W's dtype."""
     fwd, _ = _build_kernels()
-    steps, batch, four_h = x_proj.shape
-    hidden = four_h // GATES
+    steps, batch = x_proj.shape[:2]
+    hidden = plan.hidden
+    four_h = GATES * hidden
     dev = x_proj.device
     zh, szb, szg, has_zh, per_gate, zc, has_zc, c_scale = margs
     h_last = torch.empty(batch, hidden, device=dev, dtype=torch.float32)
     cs = torch.empty(steps + 1, batch, hidden, device=dev, dtype=torch.float32)
     cs[0].copy_(c0)
-    hz = torch.empty(steps + 1, GATES if per_gate else 1, batch, hidden, device=dev, dtype=w_op.dtype)
-    hz[0].copy_(_masked_h0(h0, zh if has_zh else None, per_gate))
+    # Gate-major, so that each gate's operands for the weight gradient are one [T*B, H] matrix.
+    hz = torch.empty(GATES if per_gate else 1, steps + 1, batch, hidden, device=dev, dtype=w_op.dtype)
+    hz[:, 0].copy_(_masked_h0(h0, zh if has_zh else None, per_gate))
     y = torch.empty(steps, batch, hidden, device=dev, dtype=x_proj.dtype)
     acts = torch.empty(steps, batch, four_h, device=dev, dtype=torch.float32) if save_acts else cs
     if plan.split_f > 1:
@@ -574,9 +624,9 @@ def _forward(x_proj, h0, c0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     for t in range(steps):
         fwd[grid](
             t, x_proj, w_op, bias, hz, zh, zc, c_scale, h_last, cs, y, acts, ws, counters,
-            batch, w_op.stride(0), szb, szg, H=hidden,
-            HAS_ZH=has_zh, PER_GATE=per_gate, HAS_ZC=has_zc, SAVE_ACTS=save_acts,
-            OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K,
+            batch, w_op.stride(0), szb, szg, x_proj.stride(2), hz.stride(0), H=hidden,
+            HAS_ZH=has_zh, PER_GATE=per_gate, HAS_ZC=has_zc, XP_GATE_MAJOR=_gate_major(x_proj), SAVE_ACTS=save_acts,
+            OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=BLOCK_H, BLOCK_K=plan.block_k_f,
             K_CHUNK=plan.chunk_f, SPLIT=plan.split_f, num_warps=NUM_WARPS, num_stages=plan.stages_f,
         )
     return y, h_last, cs, (acts if save_acts else None), hz
@@ -584,10 +634,10 @@ def _forward(x_proj, h0, c0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
 
 def _padded_forward(x_proj, h0, c0, w_hh, b_hh, zh, zc, c_scale: float, op_dtype: torch.dtype, save_acts: bool):
     """The T forward steps at the kernels' HP units (:class:`_Units`): the one place that pads a layer's inputs, for
-    training and inference alike. Returns (units, plan, w_op, margs, h0 padded, ``_forward``'s results), all at HP."""
+    training and inference alike. Returns (units, plan, w_op, margs, h0 padded, ``_forward``'s results), all at HP.
+    x_proj [T, B, 4, HP] comes padded from ``input_product``."""
     units = _Units(h0.shape[-1])
-    x_proj, b_hh = units.pad(x_proj, GATES), units.pad(b_hh, GATES)
-    h0, c0, zh, zc = units.pad(h0), units.pad(c0), units.pad(zh), units.pad(zc)
+    b_hh, h0, c0, zh, zc = units.pad(b_hh, GATES), units.pad(h0), units.pad(c0), units.pad(zh), units.pad(zc)
     plan = _plan_for(x_proj, units.padded, zh, op_dtype, GATES)
     w_op = _pack_weight(w_hh, op_dtype, plan)
     margs = _mask_args(zh, zc, c_scale, _dummy(x_proj))
@@ -655,18 +705,22 @@ class _FusedLSTM(torch.autograd.Function):
             )
         # Whole-sequence products, one library call each (no loop over t).
         w = w_op[:, :hidden]
-        hz = hz[:steps]  # each step's operand: h_{t-1} masked, for t = 0..T-1, as the forward used it
+        # Each step's operand, h_{t-1} masked, for t = 0..T-1, as the forward used it: [NZ, T*B, H].
+        hz = hz[:, :steps].reshape(hz.shape[0], steps * batch, hidden)
         if per_gate:  # untied: gate g saw h * z_h^g, so dW_g and dh_0 are per-gate products
             dg4 = dg_op.view(steps, batch, GATES, hidden)
-            dw = torch.einsum("tbgk,tgbj->gkj", dg4, hz)
+            # One batched GEMM over the gates, dW_g = dgates_g^T @ hz_g, on strided views (no copies).
+            dw = torch.bmm(dg4.flatten(0, 1).permute(1, 2, 0), hz)
             dh0 = torch.einsum("bgk,gkj->bgj", dg4[0], w.reshape(GATES, hidden, hidden)).float()
             dh0 = (dh0 * zh).sum(1)
         else:
-            dw = dg_op.view(steps * batch, -1).t() @ hz.reshape(steps * batch, hidden)
+            dw = dg_op.view(steps * batch, -1).t() @ hz[0]
             dh0 = (dg_op[0] @ w).float()
             if has_zh:
                 dh0 = dh0 * zh
-        d_xproj = units.unpad(dgates, GATES).to(xp_dtype)
+        # x_proj's gradient is dgates, as a [T, B, 4, HP] view (x_proj may be gate-major storage: the product that
+        # made it takes the gradient through its strides), in x_proj's dtype: the bf16 copy if the kernels made one.
+        d_xproj = (dg_op if dg_op.dtype == xp_dtype else dgates).view(steps, batch, GATES, hidden).to(xp_dtype)
         db = units.unpad(dgates.sum((0, 1)), GATES).to(b_dtype)
         dw = units.unpad_weight(dw.reshape(GATES * hidden, hidden), GATES).to(w_dtype)
         dzh = None
@@ -686,7 +740,7 @@ def lstm_fused(
     if not kernels_or_fallback(x.device, "vdrnn.fused"):
         return lstm_reference(x, state, params, masks)
     w_ih, w_hh, b_ih, b_hh = params
-    x_proj = masked_linear(x, w_ih, b_ih, masks.x, masks.per_gate, aligned=True).contiguous()
+    x_proj = input_product(x, w_ih, b_ih, masks, GATES, _Units(w_hh.shape[1]).padded)
     h0, c0 = state
     zh = masks.h if masks.h is not None and (masks.h.dim() == 2 or masks.per_gate) else None
     if masks.h is not None and zh is None:

@@ -8,7 +8,7 @@ pieces both kernels share are in :mod:`vdrnn.kernel_parts`).
 
 What runs where (one layer, T steps, batch B, hidden H, gates r, z, n as torch.nn.GRU):
 
-1. Input half, once for all steps: ``masked_linear`` (one GEMM; x masks and b_ih applied there).
+1. Input half, once for all steps: ``fused.input_product`` (one GEMM; x masks and b_ih applied there).
 2. Forward, ONE Triton kernel per step (``_gru_fwd_step``). A program owns hidden units j of all
    three gates and keeps the three recurrent products apart, because r multiplies n's product
    AFTER the product:
@@ -45,10 +45,11 @@ from vdrnn.fused import (
     _plan_for,
     _precision,
     _Units,
+    input_product,
     kernels_or_fallback,
     recurrent_mask_grad,
 )
-from vdrnn.recurrent import GRU_GATES, gru_reference, masked_linear
+from vdrnn.recurrent import GRU_GATES, gru_reference
 
 _KERNELS = None  # (fwd_step, bwd_step) once built
 SAVED = 4  # per unit and step the backward needs r, z, n and a_n (n's recurrent product)
@@ -67,23 +68,24 @@ def _build_kernels():
     @triton.jit(do_not_specialize=["t"])
     def _gru_fwd_step(
         t, xp_ptr, w_ptr, bias_ptr, hz_ptr, zh_ptr, hs_ptr, y_ptr, act_ptr, ws_ptr, cnt_ptr,
-        B, stride_w, stride_zb, stride_zg,
-        H: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr, SAVE_ACTS: tl.constexpr,
+        B, stride_w, stride_zb, stride_zg, stride_xg, stride_hzg,
+        H: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr, XP_GATE_MAJOR: tl.constexpr,
+        SAVE_ACTS: tl.constexpr,
         OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
         BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
         K_CHUNK: tl.constexpr, SPLIT: tl.constexpr,
     ):
         """Step t: reads hz[t], hs[t], x_proj[t]; writes hz[t+1], hs[t+1], y[t], acts[t] = (r, z, n, a_n).
 
-        hz: [T+1, NZ, B, H] in OP_DTYPE, h_t masked (NZ = 3 copies for untied masks, else 1); hs: [T+1, B, H]
-        fp32; x_proj: [T, B, 3H]; acts: [T, B, 4H]; W: [3H, stride_w];
+        hz: [NZ, T+1, B, H] in OP_DTYPE (gate stride stride_hzg), h_t masked (NZ = 3 copies for untied masks,
+        else 1); hs: [T+1, B, H] fp32; x_proj: [T, B, 3H], or [3, T, B, H] (gate stride stride_xg) if XP_GATE_MAJOR; acts: [T, B, 4H];
+        W: [3H, stride_w];
         ws: [SPLIT, B, 3H] fp32 partial sums; cnt: one int32 arrival counter per (b, j) block.
         """
         pid_s = tl.program_id(1)
         t = t.to(tl.int64)
         offs_b, offs_j, mask_b, mask_j, mask_bj = parts.block(B, H, BLOCK_B, BLOCK_H)
-        NZ = 3 if PER_GATE else 1  # masked copies of h per step in hz
-        a_prev = hz_ptr + t * NZ * B * H + offs_b[:, None] * H
+        a_prev = hz_ptr + t * B * H + offs_b[:, None] * H
         acc_r = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
         acc_z = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
         acc_n = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
@@ -98,8 +100,8 @@ def _build_kernels():
             a_at = a_prev + offs_k[None, :]
             a_r = tl.load(a_at, mask=mask_bk, other=0.0)
             if PER_GATE:  # untied: each gate sees its own masked copy of h_{t-1}
-                a_z = tl.load(a_at + B * H, mask=mask_bk, other=0.0)
-                a_n = tl.load(a_at + 2 * B * H, mask=mask_bk, other=0.0)
+                a_z = tl.load(a_at + stride_hzg, mask=mask_bk, other=0.0)
+                a_n = tl.load(a_at + 2 * stride_hzg, mask=mask_bk, other=0.0)
             else:  # tied (or no mask): one operand for the three gates
                 a_z = a_r
                 a_n = a_r
@@ -110,10 +112,10 @@ def _build_kernels():
         G = 3 * H
         bh = offs_b[:, None] * H + offs_j[None, :]
         # The cell's other inputs, loaded before the split-K hand-off so that their latency overlaps it.
-        xp = xp_ptr + t * B * G + offs_b[:, None] * G + offs_j[None, :]
+        xp, x_gate = parts.input_rows(xp_ptr, t, B, offs_b, offs_j, stride_xg, H, 3, XP_GATE_MAJOR)
         x_r = tl.load(xp, mask=mask_bj, other=0.0).to(tl.float32)
-        x_z = tl.load(xp + H, mask=mask_bj, other=0.0).to(tl.float32)
-        x_n = tl.load(xp + 2 * H, mask=mask_bj, other=0.0).to(tl.float32)
+        x_z = tl.load(xp + x_gate, mask=mask_bj, other=0.0).to(tl.float32)
+        x_n = tl.load(xp + 2 * x_gate, mask=mask_bj, other=0.0).to(tl.float32)
         b_r = tl.load(bias_ptr + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
         b_z = tl.load(bias_ptr + H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
         b_n = tl.load(bias_ptr + 2 * H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
@@ -150,12 +152,12 @@ def _build_kernels():
         h_new = (1.0 - z) * n + z * h_prev
         tl.store(hs_ptr + (t + 1) * B * H + bh, h_new, mask=live)
         tl.store(y_ptr + t * B * H + bh, h_new.to(y_ptr.dtype.element_ty), mask=live)
-        hz_next = hz_ptr + (t + 1) * NZ * B * H + bh  # the next step's operand
+        hz_next = hz_ptr + (t + 1) * B * H + bh  # the next step's operand
         if HAS_ZH:
             tl.store(hz_next, (h_new * z_r).to(OP_DTYPE), mask=live)
             if PER_GATE:
-                tl.store(hz_next + B * H, (h_new * z_z).to(OP_DTYPE), mask=live)
-                tl.store(hz_next + 2 * B * H, (h_new * z_n).to(OP_DTYPE), mask=live)
+                tl.store(hz_next + stride_hzg, (h_new * z_z).to(OP_DTYPE), mask=live)
+                tl.store(hz_next + 2 * stride_hzg, (h_new * z_n).to(OP_DTYPE), mask=live)
         else:
             tl.store(hz_next, h_new.to(OP_DTYPE), mask=live)
         if SAVE_ACTS:
@@ -240,17 +242,19 @@ def _build_kernels():
 
 
 def _forward(x_proj, h0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
-    """Run the T forward steps. Returns y [T,B,H] (x_proj dtype), hs [T+1,B,H] fp32, acts [T,B,4H] or None, and
-    hz [T+1, NZ, B, H]: each step's product operand, h_t masked (NZ = 3 copies for untied masks) in W's dtype."""
+    """Run the T forward steps of the plan's H units; x_proj [T, B, 3, H] is contiguous or gate-major (``_gate_major``).
+    Returns y [T,B,H] (x_proj dtype), hs [T+1,B,H] fp32, acts [T,B,4H] or None, and hz [NZ, T+1, B, H]: each step's
+    product operand, h_t masked (NZ = 3 copies for untied masks) in W's dtype."""
     fwd, _ = _build_kernels()
-    steps, batch, three_h = x_proj.shape
-    hidden = three_h // GRU_GATES
+    steps, batch = x_proj.shape[:2]
+    hidden = plan.hidden
+    three_h = GRU_GATES * hidden
     dev = x_proj.device
     zh, szb, szg, has_zh, per_gate = margs
     hs = torch.empty(steps + 1, batch, hidden, device=dev, dtype=torch.float32)
     hs[0].copy_(h0)
-    hz = torch.empty(steps + 1, GRU_GATES if per_gate else 1, batch, hidden, device=dev, dtype=w_op.dtype)
-    hz[0].copy_(fused._masked_h0(h0, zh if has_zh else None, per_gate))
+    hz = torch.empty(GRU_GATES if per_gate else 1, steps + 1, batch, hidden, device=dev, dtype=w_op.dtype)
+    hz[:, 0].copy_(fused._masked_h0(h0, zh if has_zh else None, per_gate))
     y = torch.empty(steps, batch, hidden, device=dev, dtype=x_proj.dtype)
     acts = torch.empty(steps, batch, SAVED * hidden, device=dev, dtype=torch.float32) if save_acts else hs
     if plan.split_f > 1:
@@ -265,9 +269,10 @@ def _forward(x_proj, h0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     for t in range(steps):
         fwd[grid](
             t, x_proj, w_op, bias, hz, zh, hs, y, acts, ws, counters,
-            batch, w_op.stride(0), szb, szg, H=hidden, HAS_ZH=has_zh, PER_GATE=per_gate, SAVE_ACTS=save_acts,
+            batch, w_op.stride(0), szb, szg, x_proj.stride(2), hz.stride(0), H=hidden, HAS_ZH=has_zh,
+            PER_GATE=per_gate, XP_GATE_MAJOR=fused._gate_major(x_proj), SAVE_ACTS=save_acts,
             OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=fused.BLOCK_H,
-            BLOCK_K=fused.BLOCK_K, K_CHUNK=plan.chunk_f, SPLIT=plan.split_f,
+            BLOCK_K=plan.block_k_f, K_CHUNK=plan.chunk_f, SPLIT=plan.split_f,
             num_warps=fused.NUM_WARPS, num_stages=plan.stages_f,
         )
     return y, hs, (acts if save_acts else None), hz
@@ -275,9 +280,10 @@ def _forward(x_proj, h0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
 
 def _padded_forward(x_proj, h0, w_hh, b_hh, zh, op_dtype: torch.dtype, save_acts: bool):
     """The T forward steps at the kernels' HP units (``fused._Units``): the one place that pads a layer's inputs, for
-    training and inference alike. Returns (units, plan, w_op, margs, ``_forward``'s results), all at HP."""
+    training and inference alike. Returns (units, plan, w_op, margs, ``_forward``'s results), all at HP. x_proj
+    [T, B, 3, HP] comes padded from ``fused.input_product``."""
     units = _Units(h0.shape[-1])
-    x_proj, b_hh, h0, zh = units.pad(x_proj, GRU_GATES), units.pad(b_hh, GRU_GATES), units.pad(h0), units.pad(zh)
+    b_hh, h0, zh = units.pad(b_hh, GRU_GATES), units.pad(h0), units.pad(zh)
     plan = _plan_for(x_proj, units.padded, zh, op_dtype, GRU_GATES)
     w_op = _pack_weight(w_hh, op_dtype, plan)
     margs = _gru_mask_args(zh, x_proj)
@@ -344,21 +350,23 @@ class _FusedGRU(torch.autograd.Function):
             )
         # Whole-sequence products, one library call each. da = the gradients of the recurrent products.
         w = w_op[:, :hidden]
-        hz = hz[:steps]  # each step's operand: h_{t-1} masked, for t = 0..T-1, as the forward used it
+        # Each step's operand, h_{t-1} masked, for t = 0..T-1, as the forward used it: [NZ, T*B, H].
+        hz = hz[:, :steps].reshape(hz.shape[0], steps * batch, hidden)
         da = dgo[..., :three_h]
         if per_gate:  # untied: gate g saw h * z_h^g, so dW_g and dh_0 are per-gate products
-            da3 = da.reshape(steps, batch, GRU_GATES, hidden)
-            dw = torch.einsum("tbgk,tgbj->gkj", da3, hz)
+            da3 = da.unflatten(-1, (GRU_GATES, hidden))
+            dw = torch.bmm(da3.flatten(0, 1).permute(1, 2, 0), hz)  # dW_g = da_g^T @ hz_g, on strided views
             dh0 = torch.einsum("bgk,gkj->bgj", da3[0], w.reshape(GRU_GATES, hidden, hidden)).float()
             dh0 = (dh0 * zh).sum(1)
         else:
-            dw = da.reshape(steps * batch, three_h).t() @ hz.reshape(steps * batch, hidden)
+            dw = da.reshape(steps * batch, three_h).t() @ hz[0]
             dh0 = (da[0] @ w).float()
             if has_zh:
                 dh0 = dh0 * zh
         dh0 = dh0 + carry  # the part through z_0 * h_0
         # x_proj's n part is not scaled by r: its gradient is dn_pre, not da_n.
-        d_xproj = units.unpad(torch.cat((dg[..., :2 * hidden], dg[..., three_h:]), dim=-1), GRU_GATES).to(xp_dtype)
+        d_xproj = torch.cat((dg[..., :2 * hidden], dg[..., three_h:]), dim=-1).unflatten(-1, (GRU_GATES, hidden))
+        d_xproj = d_xproj.to(xp_dtype)
         db = units.unpad(dg[..., :three_h].sum((0, 1)), GRU_GATES).to(b_dtype)
         dw = units.unpad_weight(dw.reshape(three_h, hidden), GRU_GATES).to(w_dtype)
         dzh = None
@@ -373,7 +381,7 @@ def gru_fused(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...
     if not kernels_or_fallback(x.device, "vdrnn.fused_gru"):
         return gru_reference(x, h0, params, masks)
     w_ih, w_hh, b_ih, b_hh = params
-    x_proj = masked_linear(x, w_ih, b_ih, masks.x, masks.per_gate, aligned=True).contiguous()
+    x_proj = input_product(x, w_ih, b_ih, masks, GRU_GATES, _Units(w_hh.shape[1]).padded)
     zh = masks.h if masks.h is not None and (masks.h.dim() == 2 or masks.per_gate) else None
     if masks.h is not None and zh is None:
         raise ValueError("a [B, G, H] recurrent mask needs masks.per_gate=True")

@@ -23,6 +23,20 @@ def block(B, H, BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr):
 
 
 @triton.jit
+def input_rows(xp_ptr, t, B, offs_b, offs_j, stride_xg, H: tl.constexpr, GATES: tl.constexpr,
+               GATE_MAJOR: tl.constexpr):
+    """Pointers to step t's input half x_proj[t, b, 0, j] for this block, and the offset from one gate to the next.
+
+    x_proj is [T, B, GATES * H], or with GATE_MAJOR a view of [GATES, T, B, H] storage (untied input masks), whose
+    gate stride (T * B * H) is the one runtime stride: the contiguous layout's are constants, which the compiler
+    addresses faster (2 us a step at 650 fp32 units).
+    """
+    if GATE_MAJOR:
+        return xp_ptr + t * B * H + offs_b[:, None] * H + offs_j[None, :], stride_xg
+    return xp_ptr + t * B * (GATES * H) + offs_b[:, None] * (GATES * H) + offs_j[None, :], H
+
+
+@triton.jit
 def recurrent_grad_product(dg_rows, w_ptr, gate, k_base, offs_j, mask_b, stride_w, H,
                            OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr, BLOCK_B: tl.constexpr,
                            BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, K_CHUNK: tl.constexpr):

@@ -25,7 +25,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vdrnn import gemm
 from vdrnn.dropout import LayerMasks
 
 GATES = 4  # i, f, g, o
@@ -109,31 +108,23 @@ def lstm_with_weights(x: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor], pa
 
 
 def masked_linear(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor | None,
-                  per_gate: bool, aligned: bool = False) -> torch.Tensor:
+                  per_gate: bool) -> torch.Tensor:
     """W (v * z) + b for every gate of a cell at once: v [..., B, D] -> [..., B, G*H].
 
     ``mask`` is None, broadcastable to v (one mask shared by all gates: [B, D] fixed over time or
     [T, B, D] fresh per step), or with ``per_gate`` a [B, G, D] stack in which gate k (rows
     k*H..(k+1)*H of W) sees v * z[:, k] (Gal's untied weights, eq. 5). G comes from the mask.
-    ``aligned`` (the fast paths) zero-pads D and H where cuBLAS's fast kernels need it (:mod:`vdrnn.gemm`).
+    The fast paths' twin, through aligned products, is :func:`vdrnn.fused.input_product`.
     """
-    linear = gemm.linear if aligned else F.linear
     if mask is None:
-        return linear(v, weight, bias)
+        return F.linear(v, weight, bias)
     if not per_gate:
-        return linear(v * mask.to(v.dtype), weight, bias)
+        return F.linear(v * mask.to(v.dtype), weight, bias)
     gates = mask.shape[-2]
     masked = v.unsqueeze(-2) * mask.to(v.dtype)  # [..., B, 1, D] * [B, G, D] -> [..., B, G, D]
     per_gate_weight = weight.view(gates, -1, weight.shape[1])  # [G, H, D]
-    hidden = per_gate_weight.shape[1]
-    if aligned:  # pad D (reduced) and H (each gate's output)
-        dtype = gemm.product_dtype(weight)
-        pad_d = gemm.padding(weight.shape[1], dtype, v.device)
-        pad_h = gemm.padding(hidden, dtype, v.device)
-        masked = gemm.pad_last(masked.to(dtype), pad_d)
-        per_gate_weight = F.pad(per_gate_weight.to(dtype), (0, pad_d, 0, pad_h))
-    proj = torch.einsum("...gd,ghd->...gh", masked, per_gate_weight)
-    return proj[..., :hidden].flatten(-2) + bias
+    proj = torch.einsum("...gd,ghd->...gh", masked, per_gate_weight).flatten(-2)
+    return (proj + bias).to(proj.dtype)  # the product's dtype (autocast's), as F.linear's, not promoted by the bias
 
 
 def lstm_reference(
