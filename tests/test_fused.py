@@ -208,6 +208,19 @@ def test_the_forward_narrows_its_k_slice_where_its_pipeline_would_crowd_out_prog
     assert plan(4, 4).block_k_f == fused.BLOCK_K
 
 
+@pytest.mark.parametrize("kind", ["untied", "tied"])
+def test_fused_matches_reference_with_a_narrower_forward_k_slice(kind, monkeypatch):
+    """The forward's K slice narrower than the backward's (as untied fp32 masks at 1500 units run on a GPU): here a
+    small shared-memory budget makes the plan narrow it from 64 to 32."""
+    import vdrnn.fused as fused
+
+    monkeypatch.setattr(fused, "_smem_limit", lambda device: 60_000)
+    operands = 4 if kind == "untied" else 1
+    plan = fused._Plan(3, fused._Units(33).padded, torch.device("cpu"), 4, operands, 4)
+    assert (plan.block_k_f, fused.BLOCK_K) == (32, 64)
+    assert_fused_matches_reference(kind, hidden=33)
+
+
 @gpu
 def test_untied_masks_at_a_wide_inference_batch_run_on_the_gpu():
     """MC evaluation's shape: 1,000 sequences, 512 units, untied masks, fp32 (three pipeline stages would need
