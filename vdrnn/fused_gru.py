@@ -78,9 +78,9 @@ def _build_kernels():
         """Step t: reads hz[t], hs[t], x_proj[t]; writes hz[t+1], hs[t+1], y[t], acts[t] = (r, z, n, a_n).
 
         hz: [NZ, T+1, B, H] in OP_DTYPE (gate stride stride_hzg), h_t masked (NZ = 3 copies for untied masks,
-        else 1); hs: [T+1, B, H] fp32; x_proj: [T, B, 3H], or [3, T, B, H] (gate stride stride_xg) if XP_GATE_MAJOR; acts: [T, B, 4H];
-        W: [3H, stride_w];
-        ws: [SPLIT, B, 3H] fp32 partial sums; cnt: one int32 arrival counter per (b, j) block.
+        else 1); hs: [T+1, B, H] fp32; x_proj: [T, B, 3H], or [3, T, B, H] (gate stride stride_xg) if
+        XP_GATE_MAJOR; acts: [T, B, 4H]; W: [3H, stride_w]; ws: [SPLIT, B, 3H] fp32 partial sums; cnt: one int32
+        arrival counter per (b, j) block.
         """
         pid_s = tl.program_id(1)
         t = t.to(tl.int64)

@@ -54,6 +54,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """
     dtype = product_dtype(weight)
     pad_in = padding(weight.shape[1], dtype, x.device)
+    gates = gates if units is not None else 1  # without units, the output's whole width is padded as one block
     rows = weight.shape[0] // gates
     pad_out = padding(rows, dtype, x.device) if units is None else units - rows
     if not pad_in and not pad_out:
@@ -78,9 +79,9 @@ def per_gate_linear(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
 
     The result is a view of gate-major storage [G, ..., B, units]: the masked copies of v are written gate-major and
     the gates' products run as one batched GEMM, so that neither they nor their gradients need a transposing copy
-    (an einsum over [..., B, G, D] made those copies, and picked cuBLAS's slow kernels for its backward at 1500 bf16
-    units); the kernels read x_proj through its strides. D is zero-padded like ``linear``'s. v * z is rounded to
-    the product's dtype once, as F.linear under autocast rounds the reference's.
+    (the einsum over [..., B, G, D] it replaces made those copies); the kernels read x_proj through its strides. D is
+    zero-padded like ``linear``'s. v * z is rounded to the product's dtype once, as F.linear under autocast rounds the
+    reference's.
     """
     gates = mask.shape[-2]
     hidden, inputs = weight.shape[0] // gates, weight.shape[1]
