@@ -266,11 +266,12 @@ def _forward(x_proj, h0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     op = fused._tl_dtype(w_op.dtype)
     precision = _precision(w_op.dtype)
     bias = b_hh.detach()
+    gate_major = fused._gate_major(x_proj)  # once, not at each of the T launches
     for t in range(steps):
         fwd[grid](
             t, x_proj, w_op, bias, hz, zh, hs, y, acts, ws, counters,
             batch, w_op.stride(0), szb, szg, x_proj.stride(2), hz.stride(0), H=hidden, HAS_ZH=has_zh,
-            PER_GATE=per_gate, XP_GATE_MAJOR=fused._gate_major(x_proj), SAVE_ACTS=save_acts,
+            PER_GATE=per_gate, XP_GATE_MAJOR=gate_major, SAVE_ACTS=save_acts,
             OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=fused.BLOCK_H,
             BLOCK_K=plan.block_k_f, K_CHUNK=plan.chunk_f, SPLIT=plan.split_f,
             num_warps=fused.NUM_WARPS, num_stages=plan.stages_f,
