@@ -58,9 +58,9 @@ def clipped_sgd_step(optimizer: torch.optim.SGD, params: list[torch.nn.Parameter
     device (no host sync), so a CUDA graph holds it. Returns the norm before clipping, as clip_grad_norm_ does; the
     gradients are left unclipped.
     """
+    require_plain_sgd(optimizer)
     norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm([p.grad for p in params if p.grad is not None])))
     factor = (max_norm / (norm + 1e-6)).clamp(max=1.0)
-    require_plain_sgd(optimizer)
     for group in optimizer.param_groups:
         lr, decay = group["lr"], group["weight_decay"]
         for p in group["params"]:
