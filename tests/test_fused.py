@@ -89,7 +89,8 @@ def test_fused_matches_reference(kind, hidden, block_plan):
 
 @pytest.mark.parametrize("kind", ["tied", "untied", "gaussian_untied"])
 def test_fused_with_aligned_products_matches_reference(kind, monkeypatch):
-    """The products zero-padded for cuBLAS (vdrnn.gemm, CUDA only) run here too: 7 inputs and 33 units pad to 8, 36."""
+    """The products zero-padded for cuBLAS (vdrnn.gemm, CUDA only) run here too: 7 inputs pad to 8, and the input
+    product writes each gate's 33 units as the kernels' 48."""
     monkeypatch.setattr(gemm, "ALIGNED_DEVICES", ("cuda", "cpu"))
     assert_fused_matches_reference(kind, hidden=33)
 

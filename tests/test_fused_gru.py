@@ -84,8 +84,8 @@ def test_fused_gru_matches_reference(kind):
 
 @pytest.mark.parametrize("kind", ["tied", "untied"])
 def test_fused_gru_with_aligned_products_matches_reference(kind, monkeypatch):
-    """The products zero-padded for cuBLAS (vdrnn.gemm, CUDA only) run here too: 5 inputs and 13 units pad to 8, 16,
-    and each product's 39 outputs to 40."""
+    """The products zero-padded for cuBLAS (vdrnn.gemm, CUDA only) run here too: 5 inputs pad to 8, and the input
+    product writes each gate's 13 units as the kernels' 16."""
     monkeypatch.setattr(gemm, "ALIGNED_DEVICES", ("cuda", "cpu"))
     torch.manual_seed(0)
     compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind)
