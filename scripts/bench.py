@@ -457,7 +457,11 @@ def ncu_target(hidden: int) -> None:
 
 
 # ------------------------------------------------------------------------------------- --mc
-def mc_timing(data_dir: str, samples: int, batch: int, impls: list[str], amps: list[str]) -> dict:
+def mc_timing(data_dir: str, samples: int, batch: int, impls: list[str], amps: list[str],
+              masks: tuple[str, ...] = ("tied",)) -> dict:
+    """Seconds for ``samples``-sample MC perplexity of the PTB test set, medium variational model (untrained), per
+    implementation, precision and mask (``tied``, or ``untied``: one per gate). Keyed "impl amp" for tied masks,
+    "impl amp untied" otherwise."""
     from vdrnn.data.ptb import tokenize
     from vdrnn.evaluate import mc_perplexity
 
@@ -466,9 +470,10 @@ def mc_timing(data_dir: str, samples: int, batch: int, impls: list[str], amps: l
     vocab = {w: i for i, w in enumerate(dict.fromkeys(read("train")))}
     test = torch.tensor([vocab.get(w, vocab.get("<unk>", 0)) for w in read("test")], dtype=torch.long)
     results = {}
-    for impl, amp in ((i, a) for i in impls for a in amps):
+    for impl, amp, mask in ((i, a, m) for i in impls for a in amps for m in masks):
         torch.manual_seed(0)
-        cfg = DropoutConfig(scheme="variational", embedding=0.2, input=0.5, recurrent=0.2, output=0.5)
+        cfg = DropoutConfig(scheme="variational", embedding=0.2, input=0.5, recurrent=0.2, output=0.5,
+                            per_gate=mask == "untied")
         model = LanguageModel(len(vocab), ModelConfig(hidden_size=650, impl=impl), make_dropout(cfg)).cuda().eval()
         mc_perplexity(model, test[:2000], samples=batch, batch=batch, bptt=BPTT, amp=amp)  # warm-up / compile
         torch.cuda.synchronize()
@@ -477,8 +482,9 @@ def mc_timing(data_dir: str, samples: int, batch: int, impls: list[str], amps: l
         ppl = mc_perplexity(model, n, samples=samples, batch=batch, bptt=BPTT, amp=amp)
         torch.cuda.synchronize()
         seconds = (time.perf_counter() - started) * len(test) / len(n)
-        results[f"{impl} {amp}"] = {"seconds": seconds, "ppl_untrained": ppl, "measured_on_tokens": len(n)}
-        print(f"  MC {samples} samples, batch {batch}, {impl}, amp {amp}: {seconds:.1f} s for the test set "
+        key = f"{impl} {amp}" + (" untied" if mask == "untied" else "")
+        results[key] = {"seconds": seconds, "ppl_untrained": ppl, "measured_on_tokens": len(n)}
+        print(f"  MC {samples} samples, batch {batch}, {impl}, amp {amp}, {mask}: {seconds:.1f} s for the test set "
               f"({len(test):,} tokens{'' if n is test else ', extrapolated from a tenth'})", flush=True)
         del model
     return results
@@ -499,6 +505,7 @@ def main() -> None:
     parser.add_argument("--mc-batch", type=int, default=1000)
     parser.add_argument("--mc-impls", nargs="+", default=["fast", "reference"], choices=["fast", "reference"])
     parser.add_argument("--mc-amp", nargs="+", default=["off"], choices=["off", "bf16"])
+    parser.add_argument("--mc-masks", nargs="+", default=["tied"], choices=["tied", "untied"])
     parser.add_argument("--data", default=str(Path(os.environ.get("VDRNN_DATA_DIR", "../shared/data")) / "ptb"),
                         help="folder holding ptb.{train,test}.txt, for --mc (default: $VDRNN_DATA_DIR/ptb)")
     parser.add_argument("--no-steps", action="store_true", help="skip the training-step table")
@@ -561,7 +568,7 @@ def main() -> None:
         md += ["", gru_table(report["gru"])]
         save()
     if args.mc:
-        report["mc"] = mc_timing(args.data, 1000, args.mc_batch, args.mc_impls, args.mc_amp)
+        report["mc"] = mc_timing(args.data, 1000, args.mc_batch, args.mc_impls, args.mc_amp, tuple(args.mc_masks))
         md += ["", "MC dropout, 1,000 samples, medium model, PTB test: "
                + ", ".join(f"{k} {v['seconds']:.1f} s" for k, v in report["mc"].items())]
         save()

@@ -82,13 +82,16 @@ def cases(hidden_sizes):
     def plan_and_shapes(batch, hidden, op, mask, gates):
         operands = gates if mask == "untied" else 1
         units = fused._Units(hidden).padded  # the layers launch the kernels for H rounded up to 16 (dead units)
-        plan = fused._Plan(batch, units, torch.device("cuda", 0), gates, operands, 2 if op == "bf16" else 4)
+        lstm = gates == fused.GATES  # the LSTM's forward kernel can run one gate per program
+        plan = fused._Plan(batch, units, torch.device("cuda", 0), gates, operands, 2 if op == "bf16" else 4, lstm)
         shape = dict(H=units, BLOCK_B=plan.block_b, BLOCK_H=fused.BLOCK_H,
                      OP_DTYPE=tl.bfloat16 if op == "bf16" else tl.float32, PRECISION="tf32",
                      HAS_ZH=mask in ("tied", "untied"), PER_GATE=mask == "untied")
         # Untied input masks give gate-major x_proj (gemm.per_gate_linear).
-        fwd = dict(shape, SAVE_ACTS=True, BLOCK_K=plan.block_k_f, K_CHUNK=plan.chunk_f, SPLIT=plan.split_f,
-                   XP_GATE_MAJOR=mask == "untied")
+        fwd = dict(shape, SAVE_ACTS=True, BLOCK_H=plan.block_h_f, BLOCK_K=plan.block_k_f, K_CHUNK=plan.chunk_f,
+                   SPLIT=plan.split_f, XP_GATE_MAJOR=mask == "untied")
+        if lstm:
+            fwd["ONE_GATE"] = plan.one_gate
         bwd = dict(shape, HAS_NEXT=True, BLOCK_K=fused.BLOCK_K, K_CHUNK=plan.chunk_b, KS=plan.ks, OP_COPY=op == "bf16")
         return plan, fwd, bwd
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 
 import pytest
 import torch
@@ -149,76 +150,101 @@ def test_fused_passes_the_masks_gradient(kind, block_plan):
     assert out[-1].shape == masks.h.shape and out[-1].abs().sum() > 0
 
 
-def untied_inference_error(steps: int, batch: int, inputs: int, hidden: int) -> float:
-    """The no-grad path (saves nothing, as MC evaluation runs it) with untied masks: worst relative error of y, h_T, c_T."""
+def inference_error(kind: str, steps: int, batch: int, inputs: int, hidden: int) -> float:
+    """The no-grad path (saves nothing, as MC evaluation runs it): worst relative error of y, h_T, c_T."""
     leaves = random_problem(steps, batch, inputs, hidden)
     x, h0, c0, *params = leaves
-    masks = make_masks("untied", steps, batch, inputs, hidden)
+    masks = make_masks(kind, steps, batch, inputs, hidden)
     with torch.no_grad():
         y_ref, (h_ref, c_ref) = lstm_reference(x, (h0, c0), tuple(params), masks)
         y, (h, c) = lstm_fused(x, (h0, c0), tuple(params), masks)
     return max(rel(y, y_ref), rel(h, h_ref), rel(c, c_ref))
 
 
-def test_many_batch_blocks_and_inference(block_plan):
-    """More than one block of batch rows (B > 64), and the no-grad path that saves nothing."""
-    assert untied_inference_error(steps=2, batch=70, inputs=5, hidden=20) < FP32_TOL
+@pytest.mark.parametrize("kind", ["untied", "tied"])
+def test_many_batch_blocks_and_inference(kind, block_plan):
+    """More than one block of batch rows (B > 64, where the forward's programs multiply all four gates, not one), and
+    the no-grad path that saves nothing."""
+    assert not fused._Plan(70, 32, DEVICE, one_gate_kernel=True).one_gate
+    assert inference_error(kind, steps=2, batch=70, inputs=5, hidden=20) < FP32_TOL
+
+
+def forward_stage_bytes(plan, gates: int, operands: int, op_bytes: int) -> int:
+    """What one stage of the forward loop holds: one operand tile and one gate's W tile (one-gate programs), or the
+    operand tile(s) and every gate's W tile."""
+    if plan.one_gate:
+        return (plan.block_b + plan.block_h_f) * plan.block_k_f * op_bytes
+    return (operands * plan.block_b + gates * fused.BLOCK_H) * plan.block_k_f * op_bytes
 
 
 @pytest.mark.parametrize("op_bytes", [4, 2])
-@pytest.mark.parametrize("gates", [4, 3])
+@pytest.mark.parametrize("gates,one_gate_kernel", [(4, True), (3, False)])  # the LSTM's plans, the GRU's
 @pytest.mark.parametrize("batch", [20, 128, 1000, 5000])
-def test_plans_keep_the_forward_pipeline_within_shared_memory(batch, gates, op_bytes, monkeypatch):
-    """Every stage of the forward loop holds the operand tile(s) and the gates' W tiles; the pipeline gets no deeper
-    than 227 KB hold (an H100's limit). Untied fp32 at MC evaluation's wide batches once asked for 240 KB."""
-    import vdrnn.fused as fused
-
+def test_plans_keep_the_forward_pipeline_within_shared_memory(batch, gates, one_gate_kernel, op_bytes, monkeypatch):
+    """The pipeline of the forward loop gets no deeper than 227 KB hold (an H100's limit). Untied fp32 masks at MC
+    evaluation's wide batches once asked for 240 KB."""
     monkeypatch.setattr(fused, "_smem_limit", lambda device: 232448)
     for hidden in (128, 512, 650, 1500):
         for operands in (1, gates):
-            plan = fused._Plan(batch, hidden, torch.device("cpu"), gates, operands, op_bytes)
-            stage = (operands * plan.block_b + gates * fused.BLOCK_H) * plan.block_k_f * op_bytes
-            assert plan.stages_f * stage <= 232448, (hidden, operands, plan.stages_f)
+            plan = fused._Plan(batch, hidden, torch.device("cpu"), gates, operands, op_bytes, one_gate_kernel)
+            assert plan.stages_f * forward_stage_bytes(plan, gates, operands, op_bytes) <= 232448, (hidden, operands)
     # Where three stages fit, the plan keeps them: tied, the same wide batch. Where they do not, the cap, not the
     # narrower K slice (turned off here), takes the depth down.
     monkeypatch.setattr(fused, "MIN_BLOCK_K_F", fused.BLOCK_K)
-    assert fused._Plan(1000, 512, torch.device("cpu"), 4, 1, 4).stages_f == 3
-    assert fused._Plan(1000, 512, torch.device("cpu"), 4, 4, 4).stages_f == 2
+    assert fused._Plan(1000, 512, torch.device("cpu"), 4, 1, 4, one_gate_kernel=True).stages_f == 3
+    assert fused._Plan(1000, 512, torch.device("cpu"), 4, 4, 4, one_gate_kernel=True).stages_f == 2
+
+
+def test_one_gate_programs_at_training_batches_over_the_widest_block_of_units_that_splits_k_at_most_twice(
+        monkeypatch):
+    """The LSTM's forward programs multiply one gate each for batches of up to 32 rows, over 16 or 32 units: the wider
+    block where K then splits at most two ways (1504 units), else the narrower (656 units, where 32 would split K four
+    ways), as measured fastest on an H200; tied or untied masks, fp32 or bf16, the same grid. MC evaluation's 1,000
+    sequences (64-row blocks) keep four-gate programs of BLOCK_H units."""
+    monkeypatch.setattr(fused, "_smem_limit", lambda device: 232448)
+    monkeypatch.setattr(fused, "_sm_count", lambda device: 132)
+    expected = {(20, 656): (True, 16, (41, 8, 1)), (20, 1504): (True, 32, (47, 8, 1)),
+                (32, 1504): (True, 32, (47, 8, 1)), (33, 1504): (False, 16, (94, 4, 1)),
+                (1000, 656): (False, 16, (41, 1, 16)), (1000, 1504): (False, 16, (94, 1, 16))}
+    for (batch, units), (one_gate, block, grid) in expected.items():
+        for operands, op_bytes in itertools.product((1, 4), (4, 2)):
+            plan = fused._Plan(batch, units, torch.device("cpu"), 4, operands, op_bytes, one_gate_kernel=True)
+            assert (plan.one_gate, plan.block_h_f, plan.grid_f) == (one_gate, block, grid), (batch, units, operands)
+    # A kernel without one-gate programs (the GRU's) never gets them.
+    gru = fused._Plan(20, 1504, torch.device("cpu"), 3, 3, 4)
+    assert (gru.one_gate, gru.block_h_f, gru.grid_f[0]) == (False, fused.BLOCK_H, 94)
 
 
 def test_the_forward_narrows_its_k_slice_where_its_pipeline_would_crowd_out_programs(monkeypatch):
-    """Untied fp32 masks at 1500 units: 64-wide slices take 48 KB a stage, and three stages would leave one program per
-    SM; 32-wide ones leave three (PROGRAMS_PER_SM), the rest of the forward's plan kept. Where three programs fit
-    already (tied, or bf16), the slice stays BLOCK_K wide; the backward's never changes."""
-    import vdrnn.fused as fused
-
+    """The GRU's untied fp32 masks at 1500 units: 64-wide slices take 36 KB a stage (three operand tiles, three W tiles),
+    and three stages would leave two programs per SM; 32-wide ones leave three (PROGRAMS_PER_SM), the rest of the
+    forward's plan kept. Where three programs fit already (tied, bf16, or the LSTM's one-gate programs), the slice
+    stays BLOCK_K wide; the backward's never changes."""
     monkeypatch.setattr(fused, "_smem_limit", lambda device: 232448)
     monkeypatch.setattr(fused, "_sm_count", lambda device: 132)
 
-    def plan(operands, op_bytes):
-        return fused._Plan(20, 1504, torch.device("cpu"), 4, operands, op_bytes)
+    def plan(gates, operands, op_bytes, one_gate_kernel=False):
+        return fused._Plan(20, 1504, torch.device("cpu"), gates, operands, op_bytes, one_gate_kernel)
 
-    untied = plan(4, 4)
+    untied = plan(3, 3, 4)
     assert (untied.block_k_f, untied.split_f, untied.chunk_f, untied.stages_f) == (32, 4, 384, 3)
-    stage = (4 * untied.block_b + 4 * fused.BLOCK_H) * untied.block_k_f * 4
-    assert untied.stages_f * stage * fused.PROGRAMS_PER_SM <= 232448
-    for operands, op_bytes in ((1, 4), (4, 2), (1, 2)):
-        assert plan(operands, op_bytes).block_k_f == fused.BLOCK_K
-    assert (untied.ks, untied.chunk_b) == (plan(1, 4).ks, plan(1, 4).chunk_b)
+    assert untied.stages_f * forward_stage_bytes(untied, 3, 3, 4) * fused.PROGRAMS_PER_SM <= 232448
+    for gates, operands, op_bytes, one_gate_kernel in ((3, 1, 4, False), (3, 3, 2, False), (4, 4, 4, True),
+                                                       (4, 1, 4, True)):
+        assert plan(gates, operands, op_bytes, one_gate_kernel).block_k_f == fused.BLOCK_K
+    assert (untied.ks, untied.chunk_b) == (plan(3, 1, 4).ks, plan(3, 1, 4).chunk_b)
     monkeypatch.setattr(fused, "MIN_BLOCK_K_F", fused.BLOCK_K)  # no narrowing: the plan as before
-    assert plan(4, 4).block_k_f == fused.BLOCK_K
+    assert plan(3, 3, 4).block_k_f == fused.BLOCK_K
 
 
 @pytest.mark.parametrize("kind", ["untied", "tied"])
 def test_fused_matches_reference_with_a_narrower_forward_k_slice(kind, monkeypatch):
-    """The forward's K slice narrower than the backward's (as untied fp32 masks at 1500 units run on a GPU): here a
-    small shared-memory budget makes the plan narrow it from 64 to 32."""
-    import vdrnn.fused as fused
-
-    monkeypatch.setattr(fused, "_smem_limit", lambda device: 60_000)
+    """The forward's K slice narrower than the backward's: here a small shared-memory budget makes the plan narrow
+    it from 64 to 32."""
+    monkeypatch.setattr(fused, "_smem_limit", lambda device: 30_000)
     operands = 4 if kind == "untied" else 1
-    plan = fused._Plan(3, fused._Units(33).padded, torch.device("cpu"), 4, operands, 4)
-    assert (plan.block_k_f, fused.BLOCK_K) == (32, 64)
+    plan = fused._Plan(3, fused._Units(33).padded, torch.device("cpu"), 4, operands, 4, one_gate_kernel=True)
+    assert (plan.one_gate, plan.block_k_f, fused.BLOCK_K) == (True, 32, 64)
     assert_fused_matches_reference(kind, hidden=33)
 
 
@@ -226,7 +252,7 @@ def test_fused_matches_reference_with_a_narrower_forward_k_slice(kind, monkeypat
 def test_untied_masks_at_a_wide_inference_batch_run_on_the_gpu():
     """MC evaluation's shape: 1,000 sequences, 512 units, untied masks, fp32 (three pipeline stages would need
     240 KB of shared memory)."""
-    assert untied_inference_error(steps=3, batch=1000, inputs=64, hidden=512) < FP32_TOL
+    assert inference_error("untied", steps=3, batch=1000, inputs=64, hidden=512) < FP32_TOL
 
 
 @gpu

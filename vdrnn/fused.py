@@ -10,11 +10,13 @@ What runs where (one layer, T steps, batch B, hidden H):
 
 1. Input half, once for all steps: ``input_product`` (one GEMM, x masks applied there).
    x_t does not depend on h, so it never needs to be inside the loop.
-2. Forward, ONE Triton kernel per time step (``_fwd_step``). A program owns a block of hidden units
-   j and all four gates of those units, so it has everything the LSTM cell needs for them:
+2. Forward, ONE Triton kernel per time step (``_fwd_step``). At training batches a program multiplies
+   one gate g for a block of hidden units j (and a slice of k, below):
        gates_g[b, j] = sum_k (h_{t-1}[b, k] * z_h[b, g, k]) * W_hh[g*H + j, k] + x_proj[t, b, g*H + j] + b_hh
+   and the last of the block's programs to finish has all four gates' sums, so it runs the cell (at
+   MC evaluation's wide batches a program multiplies all four gates: ``_Plan``).
    The operand h_{t-1} * z_h comes ready: the step before stored it, masked and in the product's
-   dtype (``hz``: one copy for tied masks, one per gate for untied), so the n_j programs reading
+   dtype (``hz``: one copy for tied masks, one per gate for untied), so the programs reading
    each slice of it load one tensor instead of h and z and multiplying (measured 7-16% off the
    step at H=1500, results/bench/NOTES.md). Then the cell (sigmoid/tanh, c_t = f*c + i*g, Moon's
    c_t *= m and h_t *= 1/(1-p)) runs on the accumulators in fp32, and the program stores h_t,
@@ -36,7 +38,8 @@ What runs where (one layer, T steps, batch B, hidden H):
 
 With untied input masks x_proj is gate-major, [4, T, B, H] storage (:func:`vdrnn.gemm.per_gate_linear`), and so is hz:
 each gate's input product and weight gradient is then one matrix of a batched GEMM, with no transposing copies
-(with the narrower forward K slice of ``_Plan``, 5.54 -> 4.88 ms for the 1500-unit fp32 step, results/bench/untied/).
+(5.54 -> 4.88 ms for the 1500-unit fp32 step, results/bench/untied/; one gate per forward program then took it to
+4.53 ms, results/bench/one_gate/).
 
 Split-K inside the one launch. At batch 20 a step has only H / 16 blocks of output (41 at H=650,
 94 at H=1500), too few to keep 132 SMs busy pulling W_hh through memory. So each kernel also
@@ -45,7 +48,8 @@ sums to a small workspace and increments an arrival counter for its block (an at
 program that arrives last adds the partial sums in a fixed order (results are deterministic, not
 dependent on arrival order) and runs the cell. No program ever waits for another, so the launch
 cannot deadlock however the programs are scheduled, and the last one resets the counter for the
-next step. The backward product sums over 4H = (gate, k) and is split over both. Everything
+next step. Both products are split over (gate, k): the forward's sums over k for each gate, the
+backward's over 4H = (gate, k). Everything
 else the cell needs (x_proj, c_{t-1}, saved activations, dy) is loaded before the hand-off, so
 that its latency overlaps it. How finely to split: ``_Plan`` (about PROGRAMS_PER_SM programs per
 SM, i.e. one wave). The hand-off, the backward product and the block offsets are written once, in
@@ -94,6 +98,11 @@ _SMEM: dict[int, int] = {}
 # BLOCK_K: width of one slice of the reduction; PROGRAMS_PER_SM: how finely the reduction is split
 # across programs (see "split-K" in the module docstring).
 BLOCK_H = int(os.environ.get("VDRNN_FUSED_BLOCK_H", "16"))
+# The LSTM's forward kernel can run one gate per program; its plans do so for batches of at most ONE_GATE_MAX_ROWS
+# rows, over the widest of ONE_GATE_BLOCKS units whose K splits at most MAX_ONE_GATE_SPLIT ways (see _Plan).
+ONE_GATE_MAX_ROWS = 32
+ONE_GATE_BLOCKS = (32, 16)
+MAX_ONE_GATE_SPLIT = 2
 BLOCK_K = int(os.environ.get("VDRNN_FUSED_BLOCK_K", "64"))
 NUM_WARPS = int(os.environ.get("VDRNN_FUSED_WARPS", "4"))
 NUM_STAGES = int(os.environ.get("VDRNN_FUSED_STAGES", "3"))
@@ -148,51 +157,70 @@ def _build_kernels():
         H: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr, HAS_ZC: tl.constexpr, XP_GATE_MAJOR: tl.constexpr,
         SAVE_ACTS: tl.constexpr, OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
         BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
-        K_CHUNK: tl.constexpr, SPLIT: tl.constexpr,
+        K_CHUNK: tl.constexpr, SPLIT: tl.constexpr, ONE_GATE: tl.constexpr,
     ):
         """Step t: reads hz[t], cs[t], x_proj[t]; writes hz[t+1], h_last, cs[t+1], y[t], acts[t].
 
-        hz: [NZ, T+1, B, H] in OP_DTYPE (gate stride stride_hzg), h_t already masked (NZ = 4 masked copies for
-        untied masks, else 1), the product's operand as the previous step stored it; h_last: [B, H] fp32, h_t in
-        full precision, overwritten every step (nothing reads it but the caller, for h_T); cs: [T+1, B, H] fp32;
-        x_proj: [T, B, 4H], or [4, T, B, H] (gate stride stride_xg) if XP_GATE_MAJOR; acts: [T, B, 4H]; y:
+        hz: [NZ, T+1, B, H] in OP_DTYPE (gate stride stride_hzg; 0 for tied masks), h_t already masked (NZ = 4 masked
+        copies for untied masks, else 1), the product's operand as the previous step stored it; h_last: [B, H] fp32,
+        h_t in full precision, overwritten every step (nothing reads it but the caller, for h_T); cs: [T+1, B, H]
+        fp32; x_proj: [T, B, 4H], or [4, T, B, H] (gate stride stride_xg) if XP_GATE_MAJOR; acts: [T, B, 4H]; y:
         [T, B, H]; W: [4H, stride_w]; ws: [SPLIT, B, 4H] fp32 partial sums; cnt: one int32 arrival counter per
-        (b, j) block. Program (j, s, b) sums k in [s*K_CHUNK, (s+1)*K_CHUNK) for hidden units j, batch rows b.
+        (b, j) block. Program (j, s, b) sums k in [s*K_CHUNK, (s+1)*K_CHUNK) of the four gates for hidden units j,
+        batch rows b; with ONE_GATE program (j, gate * SPLIT + s, b) sums gate ``gate`` only. The last of a block's
+        programs to arrive runs the cell.
         """
         pid_s = tl.program_id(1)
         t = t.to(tl.int64)
         offs_b, offs_j, mask_b, mask_j, mask_bj = parts.block(B, H, BLOCK_B, BLOCK_H)
         a_prev = hz_ptr + t * B * H + offs_b[:, None] * H
-        acc_i = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
-        acc_f = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
-        acc_g = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
-        acc_o = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
-        for kk in range(0, K_CHUNK, BLOCK_K):
-            offs_k = pid_s * K_CHUNK + kk + tl.arange(0, BLOCK_K)
-            mask_bk = mask_b[:, None] & (offs_k < H)[None, :]
-            # W^T tiles [BLOCK_K, BLOCK_H] of the four gates' rows for units j. The packed rows are
-            # zero-padded to SPLIT * K_CHUNK columns, so k needs no mask here (full-width loads).
-            w_rows = w_ptr + offs_j[None, :] * stride_w + offs_k[:, None]
-            w_i = tl.load(w_rows, mask=mask_j[None, :], other=0.0)
-            w_f = tl.load(w_rows + H * stride_w, mask=mask_j[None, :], other=0.0)
-            w_g = tl.load(w_rows + 2 * H * stride_w, mask=mask_j[None, :], other=0.0)
-            w_o = tl.load(w_rows + 3 * H * stride_w, mask=mask_j[None, :], other=0.0)
-            a_at = a_prev + offs_k[None, :]
-            a_i = tl.load(a_at, mask=mask_bk, other=0.0)
-            if PER_GATE:  # untied: each gate sees its own masked copy of h_{t-1}
-                a_f = tl.load(a_at + stride_hzg, mask=mask_bk, other=0.0)
-                a_g = tl.load(a_at + 2 * stride_hzg, mask=mask_bk, other=0.0)
-                a_o = tl.load(a_at + 3 * stride_hzg, mask=mask_bk, other=0.0)
-            else:  # tied (or no mask): one operand for all four gates
-                a_f = a_i
-                a_g = a_i
-                a_o = a_i
-            acc_i = tl.dot(a_i, w_i, acc_i, input_precision=PRECISION)
-            acc_f = tl.dot(a_f, w_f, acc_f, input_precision=PRECISION)
-            acc_g = tl.dot(a_g, w_g, acc_g, input_precision=PRECISION)
-            acc_o = tl.dot(a_o, w_o, acc_o, input_precision=PRECISION)
-
         G = 4 * H
+        if ONE_GATE:
+            # One gate per program: a stage of the loop holds one operand tile and one W tile, whether the gates
+            # share the operand (tied masks) or not, and the loop is four times longer than a four-gate program's
+            # over the same units. At batch 20, per forward step of one layer (one H200, results/bench/one_gate/):
+            # untied masks at 1500 units 24.5 -> 19.0 us in fp32, 16.8 -> 13.7 in bf16, at 650 units 11.8 -> 9.9
+            # and 8.7 -> 7.5; tied masks at 650 units in bf16 10.1 -> 7.5, elsewhere 1-2% faster.
+            gate = pid_s // SPLIT
+            a_at = a_prev + gate * stride_hzg
+            w_rows = w_ptr + (gate * H + offs_j[None, :]) * stride_w
+            acc = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+            for kk in range(0, K_CHUNK, BLOCK_K):
+                offs_k = (pid_s % SPLIT) * K_CHUNK + kk + tl.arange(0, BLOCK_K)
+                # The W^T tile [BLOCK_K, BLOCK_H] of this gate's rows for units j. The packed rows are zero-padded
+                # to SPLIT * K_CHUNK columns, so k needs no mask here (full-width loads).
+                w = tl.load(w_rows + offs_k[:, None], mask=mask_j[None, :], other=0.0)
+                a = tl.load(a_at + offs_k[None, :], mask=mask_b[:, None] & (offs_k < H)[None, :], other=0.0)
+                acc = tl.dot(a, w, acc, input_precision=PRECISION)
+        else:
+            acc_i = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+            acc_f = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+            acc_g = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+            acc_o = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+            for kk in range(0, K_CHUNK, BLOCK_K):
+                offs_k = pid_s * K_CHUNK + kk + tl.arange(0, BLOCK_K)
+                mask_bk = mask_b[:, None] & (offs_k < H)[None, :]
+                # W^T tiles [BLOCK_K, BLOCK_H] of the four gates' rows for units j (full-width loads, as above).
+                w_rows = w_ptr + offs_j[None, :] * stride_w + offs_k[:, None]
+                w_i = tl.load(w_rows, mask=mask_j[None, :], other=0.0)
+                w_f = tl.load(w_rows + H * stride_w, mask=mask_j[None, :], other=0.0)
+                w_g = tl.load(w_rows + 2 * H * stride_w, mask=mask_j[None, :], other=0.0)
+                w_o = tl.load(w_rows + 3 * H * stride_w, mask=mask_j[None, :], other=0.0)
+                a_at = a_prev + offs_k[None, :]
+                a_i = tl.load(a_at, mask=mask_bk, other=0.0)
+                if PER_GATE:  # untied: each gate sees its own masked copy of h_{t-1}
+                    a_f = tl.load(a_at + stride_hzg, mask=mask_bk, other=0.0)
+                    a_g = tl.load(a_at + 2 * stride_hzg, mask=mask_bk, other=0.0)
+                    a_o = tl.load(a_at + 3 * stride_hzg, mask=mask_bk, other=0.0)
+                else:  # tied (or no mask): one operand for all four gates
+                    a_f = a_i
+                    a_g = a_i
+                    a_o = a_i
+                acc_i = tl.dot(a_i, w_i, acc_i, input_precision=PRECISION)
+                acc_f = tl.dot(a_f, w_f, acc_f, input_precision=PRECISION)
+                acc_g = tl.dot(a_g, w_g, acc_g, input_precision=PRECISION)
+                acc_o = tl.dot(a_o, w_o, acc_o, input_precision=PRECISION)
+
         bh = offs_b[:, None] * H + offs_j[None, :]
         # The cell's other inputs, loaded before the split-K hand-off below so that their latency
         # overlaps it (every program loads them; only the last one uses them).
@@ -215,16 +243,20 @@ def _build_kernels():
                 z_f = tl.load(z_at + stride_zg, mask=mask_bj, other=0.0)
                 z_g = tl.load(z_at + 2 * stride_zg, mask=mask_bj, other=0.0)
                 z_o = tl.load(z_at + 3 * stride_zg, mask=mask_bj, other=0.0)
-        if SPLIT > 1:
-            # Split-K: publish the partial sums; the last of the SPLIT programs of this (j, b) block to
-            # arrive adds them up in a fixed order and runs the cell (see kernel_parts.arrive).
+        if SPLIT > 1 or ONE_GATE:
+            # Split-K: publish the partial sums; the last of the programs of this (j, b) block to arrive adds them
+            # up in a fixed order and runs the cell (see kernel_parts.arrive).
             part = ws_ptr + offs_b[:, None] * G + offs_j[None, :]
-            mine = part + pid_s * B * G
-            tl.store(mine, acc_i, mask=mask_bj)
-            tl.store(mine + H, acc_f, mask=mask_bj)
-            tl.store(mine + 2 * H, acc_g, mask=mask_bj)
-            tl.store(mine + 3 * H, acc_o, mask=mask_bj)
-            counter, last = parts.arrive(cnt_ptr, SPLIT)
+            if ONE_GATE:
+                tl.store(part + (pid_s % SPLIT) * B * G + gate * H, acc, mask=mask_bj)
+                counter, last = parts.arrive(cnt_ptr, 4 * SPLIT)
+            else:
+                mine = part + pid_s * B * G
+                tl.store(mine, acc_i, mask=mask_bj)
+                tl.store(mine + H, acc_f, mask=mask_bj)
+                tl.store(mine + 2 * H, acc_g, mask=mask_bj)
+                tl.store(mine + 3 * H, acc_o, mask=mask_bj)
+                counter, last = parts.arrive(cnt_ptr, SPLIT)
             live = mask_bj & last  # only the last program loads and stores from here on
             zero = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
             acc_i = parts.partials_sum(zero, part, live, B * G, SPLIT)
@@ -406,26 +438,40 @@ class _Plan:
     """
 
     def __init__(self, batch: int, hidden: int, device: torch.device, gates: int = GATES, operands: int = 1,
-                 op_bytes: int = 4):
+                 op_bytes: int = 4, one_gate_kernel: bool = False):
         self.hidden = hidden
         self.block_b = min(64, max(16, 1 << (batch - 1).bit_length()))
         self.n_b = _cdiv(batch, self.block_b)
         self.n_j = _cdiv(hidden, BLOCK_H)
         target = PROGRAMS_PER_SM * _sm_count(device)
+        # The forward's programs: each multiplies all the gates of BLOCK_H units, or, where the kernel can
+        # (``one_gate_kernel``: the LSTM's), one gate, the last of a block's programs to arrive running the cell
+        # (``_fwd_step``). At batch 20 one gate a program was as fast or faster in every case measured, tied or
+        # untied, 650 or 1500 units, fp32 or bf16 (the untied step at 1500 units 4.89 -> 4.51 ms in fp32); at MC
+        # evaluation's 1,000 sequences, 64-row blocks, the four gates' shared operand tile counts for more and MC
+        # took 16.1 -> 19.9 s with tied masks (one H200, results/bench/one_gate/). Hence the row limit. Wider blocks
+        # of units read each gate's operand fewer times, but leave fewer blocks, so K splits more ways to fill the
+        # SMs and the last program sums more partial tiles: the widest block whose K splits at most two ways was
+        # the fastest at 650 and 1500 units (16 and 32 units).
+        self.one_gate = one_gate_kernel and self.block_b <= ONE_GATE_MAX_ROWS
+        self.gate_programs = gates if self.one_gate else 1
+        for block in ONE_GATE_BLOCKS if self.one_gate else (BLOCK_H,):
+            want_f = max(1, round(target / (self.gate_programs * _cdiv(hidden, block) * self.n_b)))
+            if want_f <= MAX_ONE_GATE_SPLIT:
+                break
+        self.block_h_f, self.n_j_f = block, _cdiv(hidden, block)
+        want_b = max(1, round(target / (4 * self.n_j * self.n_b)))
         if FORCE_SPLIT is not None:
             want_f, want_b = FORCE_SPLIT
-        else:
-            want_f = max(1, round(target / (self.n_j * self.n_b)))
-            want_b = max(1, round(target / (4 * self.n_j * self.n_b)))
         tiles = _cdiv(hidden, BLOCK_K)
         per_b = _cdiv(tiles, min(want_b, tiles))  # K tiles per program
         self.ks, self.chunk_b = _cdiv(tiles, per_b), per_b * BLOCK_K
         self.stages_b = max(1, min(NUM_STAGES, per_b))
         # The forward's K slice: BLOCK_K, or narrower where its pipeline would leave room for fewer than
         # PROGRAMS_PER_SM programs on an SM. A stage holds the operand tile(s) [BLOCK_B, K slice] and the gates' W
-        # tiles [K slice, BLOCK_H]; untied fp32 masks at 1500 units take 48 KB a stage at 64 wide, so three stages
-        # left one program per SM, and the forward step ran 31.5 us against 24.5 us at 32 wide (one H200,
-        # results/bench/untied/).
+        # tiles [K slice, BLOCK_H]; the GRU's untied fp32 masks at 1500 units take 36 KB a stage at 64 wide, so three
+        # stages would leave two programs per SM (for the LSTM's, before one-gate programs, the forward step ran
+        # 31.5 us against 24.5 us at 32 wide; one H200, results/bench/untied/).
         smem = _smem_limit(device)
         self.block_k_f = BLOCK_K
         while True:
@@ -435,6 +481,9 @@ class _Plan:
             self.block_k_f //= 2
         # Columns of the packed W: whole chunks for the forward, whole BLOCK_H blocks for the backward.
         self.w_cols = max(self.split_f * self.chunk_f, self.n_j * BLOCK_H)
+        # The forward's grid: (unit blocks, gate programs x K chunks, batch blocks); every program of a block of units
+        # arrives at its counter.
+        self.grid_f = (self.n_j_f, self.gate_programs * self.split_f, self.n_b)
 
     def _plan_forward(self, want_f: int, gates: int, operands: int, op_bytes: int, smem: int) -> int:
         """The forward's split, chunk and pipeline depth for its K slice ``block_k_f``; returns a stage's bytes."""
@@ -448,7 +497,10 @@ class _Plan:
         stages = 1 if per_f <= 2 else min(NUM_STAGES, per_f)
         # ... and no deeper than shared memory holds. Untied fp32 at BLOCK_B 64 (MC evaluation's wide batches) takes
         # 80 KB a stage at 64 wide, and three overflow an H100's 227 KB.
-        stage = (operands * self.block_b + gates * BLOCK_H) * self.block_k_f * op_bytes
+        if self.one_gate:  # one operand tile and one gate's W tile
+            stage = (self.block_b + self.block_h_f) * self.block_k_f * op_bytes
+        else:
+            stage = (operands * self.block_b + gates * BLOCK_H) * self.block_k_f * op_bytes
         self.stages_f = max(1, min(stages, smem // stage))
         return stage
 
@@ -458,10 +510,12 @@ def _untied(zh: torch.Tensor | None) -> bool:
     return zh is not None and zh.dim() == 3
 
 
-def _plan_for(x_proj: torch.Tensor, hidden: int, zh: torch.Tensor | None, op_dtype: torch.dtype, gates: int) -> _Plan:
-    """The plan of a layer's T steps: x_proj [T, B, gates, H], the recurrent mask zh ([B, G, H] when untied)."""
+def _plan_for(x_proj: torch.Tensor, hidden: int, zh: torch.Tensor | None, op_dtype: torch.dtype, gates: int,
+              one_gate_kernel: bool = False) -> _Plan:
+    """The plan of a layer's T steps: x_proj [T, B, gates, H], the recurrent mask zh ([B, G, H] when untied);
+    ``one_gate_kernel`` for a forward kernel that can run one gate per program (the LSTM's)."""
     operands = gates if _untied(zh) else 1
-    return _Plan(x_proj.shape[1], hidden, x_proj.device, gates, operands, op_dtype.itemsize)
+    return _Plan(x_proj.shape[1], hidden, x_proj.device, gates, operands, op_dtype.itemsize, one_gate_kernel)
 
 
 def _pack_weight(w_hh: torch.Tensor, dtype: torch.dtype, plan: _Plan) -> torch.Tensor:
@@ -612,23 +666,23 @@ def _forward(x_proj, h0, c0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     hz[:, 0].copy_(_masked_h0(h0, zh if has_zh else None, per_gate))
     y = torch.empty(steps, batch, hidden, device=dev, dtype=x_proj.dtype)
     acts = torch.empty(steps, batch, four_h, device=dev, dtype=torch.float32) if save_acts else cs
-    if plan.split_f > 1:
+    if plan.grid_f[1] > 1:  # partial sums handed to the last program of a block (K split, or one gate a program)
         ws = torch.empty(plan.split_f, batch, four_h, device=dev, dtype=torch.float32)
-        counters = torch.zeros(plan.n_b * plan.n_j, device=dev, dtype=torch.int32)
+        counters = torch.zeros(plan.n_b * plan.n_j_f, device=dev, dtype=torch.int32)
     else:
         ws = counters = cs
-    grid = (plan.n_j, plan.split_f, plan.n_b)
     op = _tl_dtype(w_op.dtype)
     precision = _precision(w_op.dtype)
     bias = b_hh.detach()
     gate_major = _gate_major(x_proj)  # once, not at each of the T launches
     for t in range(steps):
-        fwd[grid](
+        fwd[plan.grid_f](
             t, x_proj, w_op, bias, hz, zh, zc, c_scale, h_last, cs, y, acts, ws, counters,
-            batch, w_op.stride(0), szb, szg, x_proj.stride(2), hz.stride(0), H=hidden,
+            batch, w_op.stride(0), szb, szg, x_proj.stride(2), hz.stride(0) if per_gate else 0, H=hidden,
             HAS_ZH=has_zh, PER_GATE=per_gate, HAS_ZC=has_zc, XP_GATE_MAJOR=gate_major, SAVE_ACTS=save_acts,
-            OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=BLOCK_H, BLOCK_K=plan.block_k_f,
-            K_CHUNK=plan.chunk_f, SPLIT=plan.split_f, num_warps=NUM_WARPS, num_stages=plan.stages_f,
+            OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=plan.block_h_f, BLOCK_K=plan.block_k_f,
+            K_CHUNK=plan.chunk_f, SPLIT=plan.split_f, ONE_GATE=plan.one_gate, num_warps=NUM_WARPS,
+            num_stages=plan.stages_f,
         )
     return y, h_last, cs, (acts if save_acts else None), hz
 
@@ -639,7 +693,7 @@ def _padded_forward(x_proj, h0, c0, w_hh, b_hh, zh, zc, c_scale: float, op_dtype
     x_proj [T, B, 4, HP] comes padded from ``input_product``."""
     units = _Units(h0.shape[-1])
     b_hh, h0, c0, zh, zc = units.pad(b_hh, GATES), units.pad(h0), units.pad(c0), units.pad(zh), units.pad(zc)
-    plan = _plan_for(x_proj, units.padded, zh, op_dtype, GATES)
+    plan = _plan_for(x_proj, units.padded, zh, op_dtype, GATES, one_gate_kernel=True)
     w_op = _pack_weight(w_hh, op_dtype, plan)
     margs = _mask_args(zh, zc, c_scale, _dummy(x_proj))
     return units, plan, w_op, margs, h0, _forward(x_proj, h0, c0, w_op, b_hh, margs, plan, save_acts)

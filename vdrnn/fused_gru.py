@@ -259,20 +259,19 @@ def _forward(x_proj, h0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     acts = torch.empty(steps, batch, SAVED * hidden, device=dev, dtype=torch.float32) if save_acts else hs
     if plan.split_f > 1:
         ws = torch.empty(plan.split_f, batch, three_h, device=dev, dtype=torch.float32)
-        counters = torch.zeros(plan.n_b * plan.n_j, device=dev, dtype=torch.int32)
+        counters = torch.zeros(plan.n_b * plan.n_j_f, device=dev, dtype=torch.int32)
     else:
         ws = counters = hs
-    grid = (plan.n_j, plan.split_f, plan.n_b)
     op = fused._tl_dtype(w_op.dtype)
     precision = _precision(w_op.dtype)
     bias = b_hh.detach()
     gate_major = fused._gate_major(x_proj)  # once, not at each of the T launches
     for t in range(steps):
-        fwd[grid](
+        fwd[plan.grid_f](  # (unit blocks, K chunks, batch blocks): every gate of BLOCK_H units a program
             t, x_proj, w_op, bias, hz, zh, hs, y, acts, ws, counters,
             batch, w_op.stride(0), szb, szg, x_proj.stride(2), hz.stride(0), H=hidden, HAS_ZH=has_zh,
             PER_GATE=per_gate, XP_GATE_MAJOR=gate_major, SAVE_ACTS=save_acts,
-            OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=fused.BLOCK_H,
+            OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=plan.block_h_f,
             BLOCK_K=plan.block_k_f, K_CHUNK=plan.chunk_f, SPLIT=plan.split_f,
             num_warps=fused.NUM_WARPS, num_stages=plan.stages_f,
         )
