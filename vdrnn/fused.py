@@ -434,7 +434,8 @@ class _Plan:
     At batch 20 there are only H / BLOCK_H blocks of output (41 at H=650): without splitting the
     reduction most SMs would idle while a few stream all of W_hh through long loops. ``gates``,
     ``operands`` (1, or one masked copy of h per gate for untied masks) and ``op_bytes`` (the product
-    dtype's size) say how much shared memory a stage of the forward loop takes.
+    dtype's size) say how much shared memory a stage of the forward loop takes; ``one_gate_kernel``, that
+    the forward kernel can run one gate per program (the LSTM's), which the plan then decides.
     """
 
     def __init__(self, batch: int, hidden: int, device: torch.device, gates: int = GATES, operands: int = 1,
