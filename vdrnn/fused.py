@@ -39,7 +39,7 @@ What runs where (one layer, T steps, batch B, hidden H):
 With untied input masks x_proj is gate-major, [4, T, B, H] storage (:func:`vdrnn.gemm.per_gate_linear`), and so is hz:
 each gate's input product and weight gradient is then one matrix of a batched GEMM, with no transposing copies
 (5.54 -> 4.88 ms for the 1500-unit fp32 step, results/bench/untied/; one gate per forward program then took it to
-4.53 ms, results/bench/one_gate/).
+4.51 ms, results/bench/one_gate/).
 
 Split-K inside the one launch. At batch 20 a step has only H / 16 blocks of output (41 at H=650,
 94 at H=1500), too few to keep 132 SMs busy pulling W_hh through memory. So each kernel also
