@@ -485,6 +485,9 @@ class _Plan:
         # The forward's grid: (unit blocks, gate programs x K chunks, batch blocks); every program of a block of units
         # arrives at its counter.
         self.grid_f = (self.n_j_f, self.gate_programs * self.split_f, self.n_b)
+        # Do a block's forward programs hand partial sums to the last of them (K split, or one gate a program)? Then
+        # the forward needs a workspace and arrival counters.
+        self.hand_off_f = self.grid_f[1] > 1
 
     def _plan_forward(self, want_f: int, gates: int, operands: int, op_bytes: int, smem: int) -> int:
         """The forward's split, chunk and pipeline depth for its K slice ``block_k_f``; returns a stage's bytes."""
@@ -667,7 +670,7 @@ def _forward(x_proj, h0, c0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     hz[:, 0].copy_(_masked_h0(h0, zh if has_zh else None, per_gate))
     y = torch.empty(steps, batch, hidden, device=dev, dtype=x_proj.dtype)
     acts = torch.empty(steps, batch, four_h, device=dev, dtype=torch.float32) if save_acts else cs
-    if plan.grid_f[1] > 1:  # partial sums handed to the last program of a block (K split, or one gate a program)
+    if plan.hand_off_f:
         ws = torch.empty(plan.split_f, batch, four_h, device=dev, dtype=torch.float32)
         counters = torch.zeros(plan.n_b * plan.n_j_f, device=dev, dtype=torch.int32)
     else:

@@ -257,7 +257,7 @@ def _forward(x_proj, h0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     hz[:, 0].copy_(fused._masked_h0(h0, zh if has_zh else None, per_gate))
     y = torch.empty(steps, batch, hidden, device=dev, dtype=x_proj.dtype)
     acts = torch.empty(steps, batch, SAVED * hidden, device=dev, dtype=torch.float32) if save_acts else hs
-    if plan.split_f > 1:
+    if plan.hand_off_f:
         ws = torch.empty(plan.split_f, batch, three_h, device=dev, dtype=torch.float32)
         counters = torch.zeros(plan.n_b * plan.n_j_f, device=dev, dtype=torch.int32)
     else:
