@@ -175,9 +175,9 @@ def test_large_presets_use_gal_and_zaremba_settings():
     assert (gal.dropout.embedding, gal.dropout.input, gal.dropout.recurrent, gal.dropout.output) == (0.3, 0.5, 0.3, 0.5)
     assert (gal.trainer.epochs, gal.trainer.lr_decay, gal.trainer.lr_decay_start) == (55, 1.15, 10)
     assert (gal.trainer.weight_decay, gal.trainer.weight_decay_mode, gal.model.init_range) == (1e-7, "gal", 0.04)
-    # Gal's clip 10 for the untied model; the tied one diverges with it and takes 5 (see the preset).
+    # Not Gal's clip 10: the tied and the untied model both diverge with it at some seeds, and take 5 (the presets).
     untied = from_dict(to_container(composed("experiment=large_variational_untied")))
-    assert (untied.trainer.clip, gal.trainer.clip) == (10.0, 5.0)
+    assert (untied.trainer.clip, gal.trainer.clip) == (5.0, 5.0)
     zaremba = from_dict(to_container(composed("experiment=large_zaremba")))
     assert zaremba.dropout.input == zaremba.dropout.output == 0.65 and zaremba.trainer.lr_decay_start == 14
 
