@@ -84,7 +84,7 @@ def cases(hidden_sizes):
         units = fused._Units(hidden).padded  # the layers launch the kernels for H rounded up to 16 (dead units)
         lstm = gates == fused.GATES  # the LSTM's forward kernel can run one gate per program
         plan = fused._Plan(batch, units, torch.device("cuda", 0), gates, operands, 2 if op == "bf16" else 4, lstm)
-        shape = dict(H=units, BLOCK_B=plan.block_b, BLOCK_H=fused.BLOCK_H,
+        shape = dict(H=units, BLOCK_B=plan.block_b,
                      OP_DTYPE=tl.bfloat16 if op == "bf16" else tl.float32, PRECISION="tf32",
                      HAS_ZH=mask in ("tied", "untied"), PER_GATE=mask == "untied")
         # Untied input masks give gate-major x_proj (gemm.per_gate_linear).
@@ -92,7 +92,8 @@ def cases(hidden_sizes):
                    SPLIT=plan.split_f, XP_GATE_MAJOR=mask == "untied")
         if lstm:
             fwd["ONE_GATE"] = plan.one_gate
-        bwd = dict(shape, HAS_NEXT=True, BLOCK_K=fused.BLOCK_K, K_CHUNK=plan.chunk_b, KS=plan.ks, OP_COPY=op == "bf16")
+        bwd = dict(shape, HAS_NEXT=True, BLOCK_H=plan.block_h_b, BLOCK_K=fused.BLOCK_K, K_CHUNK=plan.chunk_b,
+                   KS=plan.ks, OP_COPY=op == "bf16")
         return plan, fwd, bwd
 
     for hidden, op, mask in itertools.product(hidden_sizes, ("fp32", "bf16"), ("none", "tied", "untied", "moon")):

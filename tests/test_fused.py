@@ -215,6 +215,22 @@ def test_one_gate_programs_at_training_batches_over_the_widest_block_of_units_th
     assert (gru.one_gate, gru.block_h_f, gru.grid_f[0]) == (False, fused.BLOCK_H, 94)
 
 
+def test_the_backward_takes_the_widest_block_of_units_that_splits_k_at_most_twice_at_training_batches(monkeypatch):
+    """The backward's programs multiply one gate each, LSTM's and GRU's alike: for batches of up to 32 rows their
+    block is 32 units where K then splits at most two ways (1504 units), else 16 (656 units, where 32 would split it
+    five ways), as measured fastest on an H200. Wider batches (not measured) keep BLOCK_H units. The packed W has
+    columns for every block's units."""
+    monkeypatch.setattr(fused, "_smem_limit", lambda device: 232448)
+    monkeypatch.setattr(fused, "_sm_count", lambda device: 132)
+    expected = {(20, 656): (16, 41, 2), (20, 1504): (32, 47, 2), (32, 1504): (32, 47, 2),
+                (33, 1504): (16, 94, 1), (128, 1504): (16, 94, 1), (128, 128): (16, 8, 2)}
+    for (batch, units), (block, n_j, ks) in expected.items():
+        for gates, one_gate_kernel in ((4, True), (3, False)):
+            plan = fused._Plan(batch, units, torch.device("cpu"), gates, 1, 4, one_gate_kernel)
+            assert (plan.block_h_b, plan.n_j, plan.ks) == (block, n_j, ks), (batch, units, gates)
+            assert plan.w_cols >= plan.n_j * plan.block_h_b
+
+
 def test_the_forward_narrows_its_k_slice_where_its_pipeline_would_crowd_out_programs(monkeypatch):
     """The GRU's untied fp32 masks at 1500 units: 64-wide slices take 36 KB a stage (three operand tiles, three W tiles),
     and three stages would leave two programs per SM; 32-wide ones leave three (PROGRAMS_PER_SM), the rest of the

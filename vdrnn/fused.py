@@ -99,7 +99,8 @@ _SMEM: dict[int, int] = {}
 # across programs (see "split-K" in the module docstring).
 BLOCK_H = int(os.environ.get("VDRNN_FUSED_BLOCK_H", "16"))
 # The LSTM's forward kernel can run one gate per program; its plans do so for batches of at most ONE_GATE_MAX_ROWS
-# rows, over the widest of ONE_GATE_BLOCKS units whose K splits at most MAX_ONE_GATE_SPLIT ways (see _Plan).
+# rows, over the widest of ONE_GATE_BLOCKS units whose K splits at most MAX_ONE_GATE_SPLIT ways (see _Plan). The
+# backward kernels' programs always multiply one gate; at such batches their block of units is chosen the same way.
 ONE_GATE_MAX_ROWS = 32
 ONE_GATE_BLOCKS = (32, 16)
 MAX_ONE_GATE_SPLIT = 2
@@ -443,7 +444,6 @@ class _Plan:
         self.hidden = hidden
         self.block_b = min(64, max(16, 1 << (batch - 1).bit_length()))
         self.n_b = _cdiv(batch, self.block_b)
-        self.n_j = _cdiv(hidden, BLOCK_H)
         target = PROGRAMS_PER_SM * _sm_count(device)
         # The forward's programs: each multiplies all the gates of BLOCK_H units, or, where the kernel can
         # (``one_gate_kernel``: the LSTM's), one gate, the last of a block's programs to arrive running the cell
@@ -456,12 +456,16 @@ class _Plan:
         # the fastest at 650 and 1500 units (16 and 32 units).
         self.one_gate = one_gate_kernel and self.block_b <= ONE_GATE_MAX_ROWS
         self.gate_programs = gates if self.one_gate else 1
-        for block in ONE_GATE_BLOCKS if self.one_gate else (BLOCK_H,):
-            want_f = max(1, round(target / (self.gate_programs * _cdiv(hidden, block) * self.n_b)))
-            if want_f <= MAX_ONE_GATE_SPLIT:
-                break
-        self.block_h_f, self.n_j_f = block, _cdiv(hidden, block)
-        want_b = max(1, round(target / (4 * self.n_j * self.n_b)))
+        blocks = ONE_GATE_BLOCKS if self.one_gate else (BLOCK_H,)
+        self.block_h_f, want_f = _block_of_units(blocks, hidden, self.gate_programs * self.n_b, target)
+        self.n_j_f = _cdiv(hidden, self.block_h_f)
+        # The backward's programs multiply one gate's dgates into a block of units over a K chunk; the same choice of
+        # block at batches of at most ONE_GATE_MAX_ROWS rows: 32 units at 1500 (the LSTM step with tied masks 4.08 ->
+        # 3.92 ms in fp32, 3.15 -> 3.03 in bf16), 16 at 650, where 32 would split K five ways and was slower (2.07 ->
+        # 2.12 ms; one H200, results/bench/bwd_block/). Wider batches, not measured, keep BLOCK_H.
+        blocks = ONE_GATE_BLOCKS if self.block_b <= ONE_GATE_MAX_ROWS else (BLOCK_H,)
+        self.block_h_b, want_b = _block_of_units(blocks, hidden, 4 * self.n_b, target)
+        self.n_j = _cdiv(hidden, self.block_h_b)
         if FORCE_SPLIT is not None:
             want_f, want_b = FORCE_SPLIT
         tiles = _cdiv(hidden, BLOCK_K)
@@ -480,8 +484,8 @@ class _Plan:
             if self.stages_f * stage * PROGRAMS_PER_SM <= smem or self.block_k_f <= MIN_BLOCK_K_F:
                 break
             self.block_k_f //= 2
-        # Columns of the packed W: whole chunks for the forward, whole BLOCK_H blocks for the backward.
-        self.w_cols = max(self.split_f * self.chunk_f, self.n_j * BLOCK_H)
+        # Columns of the packed W: whole chunks for the forward, whole blocks of units for the backward.
+        self.w_cols = max(self.split_f * self.chunk_f, self.n_j * self.block_h_b)
         # The forward's grid: (unit blocks, gate programs x K chunks, batch blocks); every program of a block of units
         # arrives at its counter.
         self.grid_f = (self.n_j_f, self.gate_programs * self.split_f, self.n_b)
@@ -507,6 +511,17 @@ class _Plan:
             stage = (operands * self.block_b + gates * BLOCK_H) * self.block_k_f * op_bytes
         self.stages_f = max(1, min(stages, smem // stage))
         return stage
+
+
+def _block_of_units(blocks: tuple[int, ...], hidden: int, programs_per_block: int, target: float) -> tuple[int, int]:
+    """The widest of ``blocks`` (widest first) whose K need split at most MAX_ONE_GATE_SPLIT ways for ``target``
+    programs, where each block of units takes ``programs_per_block`` programs per K chunk (the last of ``blocks`` if
+    none does), and how many ways that is."""
+    for block in blocks:
+        splits = max(1, round(target / (programs_per_block * _cdiv(hidden, block))))
+        if splits <= MAX_ONE_GATE_SPLIT:
+            break
+    return block, splits
 
 
 def _untied(zh: torch.Tensor | None) -> bool:
@@ -759,7 +774,7 @@ class _FusedLSTM(torch.autograd.Function):
                 t, dgates, dg_op, w_op, zh, zc, c_scale, dy, dh_t, acts, cs, dc, ws, counters,
                 batch, w_op.stride(0), szb, szg, H=hidden,
                 HAS_NEXT=has_next, HAS_ZH=has_zh, PER_GATE=per_gate, HAS_ZC=has_zc, OP_DTYPE=op, OP_COPY=op_copy,
-                PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K, K_CHUNK=plan.chunk_b,
+                PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=plan.block_h_b, BLOCK_K=BLOCK_K, K_CHUNK=plan.chunk_b,
                 KS=plan.ks, num_warps=NUM_WARPS, num_stages=plan.stages_b,
             )
         # Whole-sequence products, one library call each (no loop over t).

@@ -345,7 +345,7 @@ class _FusedGRU(torch.autograd.Function):
                 t, dg, dgo, w_op, zh, dy, acts, hs, carry, ws, counters,
                 batch, w_op.stride(0), szb, szg, H=hidden, HAS_NEXT=has_next, HAS_ZH=has_zh,
                 PER_GATE=per_gate, OP_DTYPE=op, OP_COPY=op_copy, PRECISION=precision,
-                BLOCK_B=plan.block_b, BLOCK_H=fused.BLOCK_H, BLOCK_K=fused.BLOCK_K,
+                BLOCK_B=plan.block_b, BLOCK_H=plan.block_h_b, BLOCK_K=fused.BLOCK_K,
                 K_CHUNK=plan.chunk_b, KS=plan.ks, num_warps=fused.NUM_WARPS, num_stages=plan.stages_b,
             )
         # Whole-sequence products, one library call each. da = the gradients of the recurrent products.
