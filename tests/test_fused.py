@@ -227,8 +227,8 @@ def test_the_backward_takes_the_widest_block_of_units_that_splits_k_at_most_twic
     for (batch, units), (block, n_j, ks) in expected.items():
         for gates, one_gate_kernel in ((4, True), (3, False)):
             plan = fused._Plan(batch, units, torch.device("cpu"), gates, 1, 4, one_gate_kernel)
-            assert (plan.block_h_b, plan.n_j, plan.ks) == (block, n_j, ks), (batch, units, gates)
-            assert plan.w_cols >= plan.n_j * plan.block_h_b
+            assert (plan.block_h_b, plan.n_j_b, plan.ks) == (block, n_j, ks), (batch, units, gates)
+            assert plan.w_cols >= plan.n_j_b * plan.block_h_b
 
 
 def test_the_forward_narrows_its_k_slice_where_its_pipeline_would_crowd_out_programs(monkeypatch):

@@ -465,7 +465,7 @@ class _Plan:
         # 2.12 ms; one H200, results/bench/bwd_block/). Wider batches, not measured, keep BLOCK_H.
         blocks = ONE_GATE_BLOCKS if self.block_b <= ONE_GATE_MAX_ROWS else (BLOCK_H,)
         self.block_h_b, want_b = _block_of_units(blocks, hidden, 4 * self.n_b, target)
-        self.n_j = _cdiv(hidden, self.block_h_b)
+        self.n_j_b = _cdiv(hidden, self.block_h_b)
         if FORCE_SPLIT is not None:
             want_f, want_b = FORCE_SPLIT
         tiles = _cdiv(hidden, BLOCK_K)
@@ -485,7 +485,7 @@ class _Plan:
                 break
             self.block_k_f //= 2
         # Columns of the packed W: whole chunks for the forward, whole blocks of units for the backward.
-        self.w_cols = max(self.split_f * self.chunk_f, self.n_j * self.block_h_b)
+        self.w_cols = max(self.split_f * self.chunk_f, self.n_j_b * self.block_h_b)
         # The forward's grid: (unit blocks, gate programs x K chunks, batch blocks); every program of a block of units
         # arrives at its counter.
         self.grid_f = (self.n_j_f, self.gate_programs * self.split_f, self.n_b)
@@ -764,12 +764,12 @@ class _FusedLSTM(torch.autograd.Function):
         op_copy = w_op.dtype != torch.float32
         dg_op = torch.empty_like(dgates, dtype=w_op.dtype) if op_copy else dgates  # the products' operand
         ws = torch.empty(GATES * plan.ks, batch, hidden, device=dev, dtype=torch.float32)
-        counters = torch.zeros(plan.n_b * plan.n_j, device=dev, dtype=torch.int32)
+        counters = torch.zeros(plan.n_b * plan.n_j_b, device=dev, dtype=torch.int32)
         op = _tl_dtype(w_op.dtype)
         precision = _precision(w_op.dtype)
         for t in reversed(range(steps)):
             has_next = t < steps - 1
-            grid = (plan.n_j, GATES * plan.ks if has_next else 1, plan.n_b)
+            grid = (plan.n_j_b, GATES * plan.ks if has_next else 1, plan.n_b)
             bwd[grid](
                 t, dgates, dg_op, w_op, zh, zc, c_scale, dy, dh_t, acts, cs, dc, ws, counters,
                 batch, w_op.stride(0), szb, szg, H=hidden,

@@ -335,12 +335,12 @@ class _FusedGRU(torch.autograd.Function):
         # The products' operand (da_r, da_z, da_n): a copy in W's dtype, or dg itself in fp32.
         dgo = torch.empty(steps, batch, three_h, device=dev, dtype=w_op.dtype) if op_copy else dg
         ws = torch.empty(GRU_GATES * plan.ks, batch, hidden, device=dev, dtype=torch.float32)
-        counters = torch.zeros(plan.n_b * plan.n_j, device=dev, dtype=torch.int32)
+        counters = torch.zeros(plan.n_b * plan.n_j_b, device=dev, dtype=torch.int32)
         op = fused._tl_dtype(w_op.dtype)
         precision = _precision(w_op.dtype)
         for t in reversed(range(steps)):
             has_next = t < steps - 1
-            grid = (plan.n_j, GRU_GATES * plan.ks if has_next else 1, plan.n_b)
+            grid = (plan.n_j_b, GRU_GATES * plan.ks if has_next else 1, plan.n_b)
             bwd[grid](
                 t, dg, dgo, w_op, zh, dy, acts, hs, carry, ws, counters,
                 batch, w_op.stride(0), szb, szg, H=hidden, HAS_NEXT=has_next, HAS_ZH=has_zh,
