@@ -41,8 +41,8 @@ each gate's input product and weight gradient is then one matrix of a batched GE
 (5.54 -> 4.88 ms for the 1500-unit fp32 step, results/bench/untied/; one gate per forward program then took it to
 4.51 ms, results/bench/one_gate/).
 
-Split-K inside the one launch. At batch 20 a step has only H / 16 blocks of output (41 at H=650,
-94 at H=1500), too few to keep 132 SMs busy pulling W_hh through memory. So each kernel also
+Split-K inside the one launch. At batch 20 a step has only H / 16 or H / 32 blocks of output (41 at
+H=650, 47 at H=1500), too few to keep 132 SMs busy pulling W_hh through memory. So each kernel also
 splits the reduction over k among several programs of the same launch; each writes its partial
 sums to a small workspace and increments an arrival counter for its block (an atomic), and the
 program that arrives last adds the partial sums in a fixed order (results are deterministic, not
@@ -774,8 +774,8 @@ class _FusedLSTM(torch.autograd.Function):
                 t, dgates, dg_op, w_op, zh, zc, c_scale, dy, dh_t, acts, cs, dc, ws, counters,
                 batch, w_op.stride(0), szb, szg, H=hidden,
                 HAS_NEXT=has_next, HAS_ZH=has_zh, PER_GATE=per_gate, HAS_ZC=has_zc, OP_DTYPE=op, OP_COPY=op_copy,
-                PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=plan.block_h_b, BLOCK_K=BLOCK_K, K_CHUNK=plan.chunk_b,
-                KS=plan.ks, num_warps=NUM_WARPS, num_stages=plan.stages_b,
+                PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=plan.block_h_b, BLOCK_K=BLOCK_K,
+                K_CHUNK=plan.chunk_b, KS=plan.ks, num_warps=NUM_WARPS, num_stages=plan.stages_b,
             )
         # Whole-sequence products, one library call each (no loop over t).
         w = w_op[:, :hidden]
