@@ -3,8 +3,8 @@
 Triton's interpreter (what the CPU tests run) checks what the kernels compute, not that the GPU compiler
 accepts them: a kernel can pass every CPU test and still fail to compile on the GPU. This script runs the
 real compiler, down to PTX and cubin with the ptxas that ships in the triton wheel, for every kernel
-variant the training paths launch (tied, untied and no recurrent mask; Moon's cell mask; fp32/TF32 and bf16
-operands; with and without split-K), for the units the layers run (650 and 1500 as 656 and 1504, ``fused._Units``)
+variant the training paths launch (tied, untied and no recurrent mask; Moon's cell mask; TF32 products on
+fp16-stored operands, bf16 products, and, for tied masks, IEEE fp32; with and without split-K), for the units the layers run (650 and 1500 as 656 and 1504, ``fused._Units``)
 with the block shapes, splits and pipeline depths ``vdrnn.fused._Plan`` picks for a 132-SM H100/H200 at batch 20,
 plus MC evaluation's untied forward at 1,000 sequences a pass (the widest operand tiles). It prints each kernel's
 shared memory and a hash of its PTX.
@@ -45,12 +45,18 @@ SHARED_LIMIT = 232_448  # bytes of shared memory one program may use on sm_90
 # that a new scalar argument is given its type here instead of being compiled as a pointer.
 INTS = {"t", "B", "stride_w", "stride_zb", "stride_zg", "stride_xg", "stride_hzg"}
 FLOATS = {"c_scale"}
-OP_POINTERS = {"w_ptr", "xp_ptr", "y_ptr", "hz_ptr", "dgo_ptr"}  # the tensors that are bf16 under autocast
+# A layer's precisions, as vdrnn.fused launches them: (product dtype, dtype W_hh and the forward's operand are stored
+# in, PRECISION). TF32 products read fp16-stored operands (fused._stored_dtype); the backward converts W as it loads it.
+MODES = {"tf32": ("fp32", "fp16", "tf32"), "bf16": ("bf16", "bf16", "tf32"), "ieee": ("fp32", "fp32", "ieee")}
+STORED_POINTERS = {"w_ptr", "hz_ptr"}  # in the stored dtype
+PRODUCT_POINTERS = {"xp_ptr", "y_ptr", "dgo_ptr"}  # bf16 under autocast, else fp32
 INT_POINTERS = {"cnt_ptr"}
+TL = {"fp32": tl.float32, "fp16": tl.float16, "bf16": tl.bfloat16}
 
 
-def signature(kernel, op_dtype: str, constexprs: dict) -> dict:
-    """Argument types as a launch from vdrnn.fused / vdrnn.fused_gru would give them."""
+def signature(kernel, mode: str, constexprs: dict) -> dict:
+    """Argument types as a launch from vdrnn.fused / vdrnn.fused_gru in ``mode`` (one of MODES) would give them."""
+    product, stored, _ = MODES[mode]
     types = {}
     for param in kernel.params:
         name = param.name
@@ -62,8 +68,10 @@ def signature(kernel, op_dtype: str, constexprs: dict) -> dict:
             types[name] = "fp32"
         elif name in INT_POINTERS:
             types[name] = "*i32"
-        elif name in OP_POINTERS:
-            types[name] = f"*{op_dtype}"
+        elif name in STORED_POINTERS:
+            types[name] = f"*{stored}"
+        elif name in PRODUCT_POINTERS:
+            types[name] = f"*{product}"
         elif name.endswith("_ptr"):
             types[name] = "*fp32"
         else:
@@ -73,37 +81,41 @@ def signature(kernel, op_dtype: str, constexprs: dict) -> dict:
 
 
 def cases(hidden_sizes):
-    """(name, kernel, op dtype, constexprs, num_warps, num_stages) for every variant the layers launch."""
+    """(name, kernel, mode, constexprs, num_stages) for every variant the layers launch."""
     lstm_fwd, lstm_bwd = fused._build_kernels()
     gru_fwd, gru_bwd = fused_gru._build_kernels()
     fused._SM_COUNT[0] = SM_COUNT  # plan as on the GPU, without asking a driver
     fused._SMEM[0] = SHARED_LIMIT
 
     def plan_and_shapes(batch, hidden, op, mask, gates):
+        product, stored, precision = MODES[op]
         operands = gates if mask == "untied" else 1
         units = fused._Units(hidden).padded  # the layers launch the kernels for H rounded up to 16 (dead units)
         lstm = gates == fused.GATES  # the LSTM's forward kernel can run one gate per program
-        plan = fused._Plan(batch, units, torch.device("cuda", 0), gates, operands, 2 if op == "bf16" else 4, lstm)
-        shape = dict(H=units, BLOCK_B=plan.block_b,
-                     OP_DTYPE=tl.bfloat16 if op == "bf16" else tl.float32, PRECISION="tf32",
+        plan = fused._Plan(batch, units, torch.device("cuda", 0), gates, operands, 4 if stored == "fp32" else 2, lstm)
+        shape = dict(H=units, BLOCK_B=plan.block_b, PRECISION=precision,
                      HAS_ZH=mask in ("tied", "untied"), PER_GATE=mask == "untied")
-        # Untied input masks give gate-major x_proj (gemm.per_gate_linear).
-        fwd = dict(shape, SAVE_ACTS=True, BLOCK_H=plan.block_h_f, BLOCK_K=plan.block_k_f, K_CHUNK=plan.chunk_f,
-                   SPLIT=plan.split_f, XP_GATE_MAJOR=mask == "untied")
+        # The forward multiplies in the stored dtype, the backward in the product's. Untied input masks give
+        # gate-major x_proj (gemm.per_gate_linear).
+        fwd = dict(shape, OP_DTYPE=TL[stored], SAVE_ACTS=True, BLOCK_H=plan.block_h_f, BLOCK_K=plan.block_k_f,
+                   K_CHUNK=plan.chunk_f, SPLIT=plan.split_f, XP_GATE_MAJOR=mask == "untied")
         if lstm:
             fwd["ONE_GATE"] = plan.one_gate
-        bwd = dict(shape, HAS_NEXT=True, BLOCK_H=plan.block_h_b, BLOCK_K=fused.BLOCK_K, K_CHUNK=plan.chunk_b,
-                   KS=plan.ks, OP_COPY=op == "bf16")
+        bwd = dict(shape, OP_DTYPE=TL[product], HAS_NEXT=True, BLOCK_H=plan.block_h_b, BLOCK_K=fused.BLOCK_K,
+                   K_CHUNK=plan.chunk_b, KS=plan.ks, OP_COPY=product != "fp32")
         return plan, fwd, bwd
 
-    for hidden, op, mask in itertools.product(hidden_sizes, ("fp32", "bf16"), ("none", "tied", "untied", "moon")):
+    for hidden, op, mask in itertools.product(hidden_sizes, ("tf32", "bf16"), ("none", "tied", "untied", "moon")):
         tag = f"H{hidden}_{op}_{mask}"
         plan, fwd, bwd = plan_and_shapes(BATCH, hidden, op, mask, fused.GATES)
         yield f"lstm_fwd_{tag}", lstm_fwd, op, dict(fwd, HAS_ZC=mask == "moon"), plan.stages_f
         yield f"lstm_bwd_{tag}", lstm_bwd, op, dict(bwd, HAS_ZC=mask == "moon"), plan.stages_b
-        if op == "fp32" and mask == "tied":  # the last backward step, and inference (nothing saved)
+        if op == "tf32" and mask == "tied":  # the last backward step, inference (nothing saved), and IEEE fp32
             yield f"lstm_bwd_last_{tag}", lstm_bwd, op, dict(bwd, HAS_ZC=False, HAS_NEXT=False), plan.stages_b
             yield f"lstm_fwd_infer_{tag}", lstm_fwd, op, dict(fwd, HAS_ZC=False, SAVE_ACTS=False), plan.stages_f
+            ieee, fwd_ieee, bwd_ieee = plan_and_shapes(BATCH, hidden, "ieee", mask, fused.GATES)
+            yield f"lstm_fwd_H{hidden}_ieee_tied", lstm_fwd, "ieee", dict(fwd_ieee, HAS_ZC=False), ieee.stages_f
+            yield f"lstm_bwd_H{hidden}_ieee_tied", lstm_bwd, "ieee", dict(bwd_ieee, HAS_ZC=False), ieee.stages_b
         if mask == "untied":  # MC evaluation: inference on many sequences a pass
             wide, fwd_mc, _ = plan_and_shapes(MC_BATCH, hidden, op, mask, fused.GATES)
             yield f"lstm_fwd_mc_{tag}", lstm_fwd, op, dict(fwd_mc, HAS_ZC=False, SAVE_ACTS=False), wide.stages_f

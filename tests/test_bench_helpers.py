@@ -121,8 +121,10 @@ def test_kernel_ptx_types_pointers_by_name_and_refuses_an_argument_it_cannot_typ
         import json
         from types import SimpleNamespace as Fake
         import kernel_ptx
-        kernel = Fake(__name__="_step", params=[Fake(name=n) for n in ("t", "w_ptr", "cnt_ptr", "act_ptr", "c_scale", "H")])
+        names = ("t", "w_ptr", "xp_ptr", "cnt_ptr", "act_ptr", "c_scale", "H")
+        kernel = Fake(__name__="_step", params=[Fake(name=n) for n in names])
         print(json.dumps(kernel_ptx.signature(kernel, "bf16", {"H": 650})))
+        print(json.dumps(kernel_ptx.signature(kernel, "tf32", {"H": 650})))
         kernel.params.append(Fake(name="alpha"))  # a new scalar argument, in no list
         try:
             kernel_ptx.signature(kernel, "bf16", {"H": 650})
@@ -133,7 +135,9 @@ def test_kernel_ptx_types_pointers_by_name_and_refuses_an_argument_it_cannot_typ
     result = subprocess.run([sys.executable, "-c", code], cwd=SCRIPTS, env=env, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    types, refused = result.stdout.splitlines()
-    assert json.loads(types) == {"t": "i32", "w_ptr": "*bf16", "cnt_ptr": "*i32", "act_ptr": "*fp32",
-                                 "c_scale": "fp32", "H": "constexpr"}
+    bf16, tf32, refused = result.stdout.splitlines()
+    assert json.loads(bf16) == {"t": "i32", "w_ptr": "*bf16", "xp_ptr": "*bf16", "cnt_ptr": "*i32", "act_ptr": "*fp32",
+                                "c_scale": "fp32", "H": "constexpr"}
+    # TF32 products: W_hh stored in fp16, x_proj fp32.
+    assert json.loads(tf32) == dict(json.loads(bf16), w_ptr="*fp16", xp_ptr="*fp32")
     assert refused.startswith("_step: argument 'alpha' is no pointer"), refused

@@ -14,6 +14,7 @@ from triton_setup import (  # noqa: F401 (exact_fp32: autouse fixture)
     CUDA,
     DEVICE,
     FP32_TOL,
+    TF32_TOL,
     exact_fp32,
     gpu,
     kernel_units,
@@ -80,6 +81,20 @@ def compare(steps, batch, inputs, hidden, kind, tol=FP32_TOL):
 def test_fused_gru_matches_reference(kind):
     torch.manual_seed(0)
     compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind)
+
+
+@pytest.mark.parametrize("tf32,stored,tol", [(True, torch.float16, TF32_TOL), (False, torch.float32, FP32_TOL)])
+@pytest.mark.parametrize("kind", ["tied", "untied"])
+def test_fused_gru_tf32_products_read_their_operands_stored_in_fp16(kind, tf32, stored, tol, monkeypatch):
+    """As the LSTM's (test_fused.py): with TF32 on, W_hh and the masked h_t are stored in fp16, the gradients stay
+    fp32, and the results stay within TF32's error; IEEE fp32 products keep fp32 operands."""
+    packed = []
+    real = fused_gru._pack_weight
+    monkeypatch.setattr(fused_gru, "_pack_weight", lambda w, dtype, plan: packed.append(dtype) or real(w, dtype, plan))
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", tf32)
+    torch.manual_seed(0)
+    compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind, tol=tol)
+    assert packed == [stored]
 
 
 @pytest.mark.parametrize("kind", ["tied", "untied"])

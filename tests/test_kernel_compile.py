@@ -26,10 +26,16 @@ def test_every_fused_kernel_variant_compiles_for_hopper(tmp_path):
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    # 650 and 1500 units x fp32 / bf16 x {none, tied, untied, moon}: LSTM forward and backward, GRU too
-    # (no Moon), plus the last backward step and inference, and MC's untied forward at 1,000 sequences
-    # (it asked for more shared memory than sm_90 has until the plan capped the pipeline).
-    assert len(lines) == 2 * 2 * (4 * 2 + 3 * 2) + 2 * 2 + 2 * 2 * 2, result.stdout
+    # 650 and 1500 units x TF32 / bf16 x {none, tied, untied, moon}: LSTM forward and backward, GRU too
+    # (no Moon), plus the last backward step, inference and IEEE fp32 (tied), and MC's untied forward at 1,000
+    # sequences (it asked for more shared memory than sm_90 has until the plan capped the pipeline).
+    assert len(lines) == 2 * 2 * (4 * 2 + 3 * 2) + 2 * 4 + 2 * 2 * 2, result.stdout
     assert all(": ok, shared " in line for line in lines), result.stdout
-    ptx = (tmp_path / "ptx" / "lstm_fwd_H1500_fp32_untied.ptx").read_text()
-    assert ".target sm_90" in ptx and "mma.sync" in ptx  # tensor-core products, for Hopper
+    ptx = {name: (tmp_path / "ptx" / f"lstm_{name}.ptx").read_text()
+           for name in ("fwd_H1500_tf32_untied", "bwd_H1500_tf32_untied", "fwd_H1500_ieee_tied")}
+    assert all(".target sm_90" in p for p in ptx.values())
+    # Tensor-core products for TF32: the forward multiplies the fp16-stored operands, the backward fp32 gradients by W
+    # converted to TF32. IEEE fp32 products are no tensor-core products at all.
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx["fwd_H1500_tf32_untied"]
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx["bwd_H1500_tf32_untied"]
+    assert "mma.sync" not in ptx["fwd_H1500_ieee_tied"]

@@ -15,7 +15,7 @@ What runs where (one layer, T steps, batch B, hidden H):
        gates_g[b, j] = sum_k (h_{t-1}[b, k] * z_h[b, g, k]) * W_hh[g*H + j, k] + x_proj[t, b, g*H + j] + b_hh
    and the last of the block's programs to finish has all four gates' sums, so it runs the cell (at
    MC evaluation's wide batches a program multiplies all four gates: ``_Plan``).
-   The operand h_{t-1} * z_h comes ready: the step before stored it, masked and in the product's
+   The operand h_{t-1} * z_h comes ready: the step before stored it, masked and in the stored
    dtype (``hz``: one copy for tied masks, one per gate for untied), so the programs reading
    each slice of it load one tensor instead of h and z and multiplying (measured 7-16% off the
    step at H=1500, results/bench/NOTES.md). Then the cell (sigmoid/tanh, c_t = f*c + i*g, Moon's
@@ -58,13 +58,17 @@ SM, i.e. one wave). The hand-off, the backward product and the block offsets are
 Precision: the recurrent product runs in autocast's dtype when autocast is on (bf16 operands, as
 F.linear in the reference), else in fp32 with TF32 when ``torch.backends.cuda.matmul.allow_tf32``
 is on and IEEE fp32 otherwise; it accumulates in fp32, and gate sums, c_t, h_t and every gradient
-carried through time stay fp32. y is returned in x_proj's dtype, as the reference does.
+carried through time stay fp32. y is returned in x_proj's dtype, as the reference does. For TF32 products
+W_hh and the forward's operand h_t * z_h are stored in fp16, which holds the 10 mantissa bits TF32 keeps
+(``_stored_dtype``): the forward multiplies fp16 by fp16, the backward converts W to TF32 as it loads it
+(the 1500-unit fp32 step 3.94 -> 3.62 ms, and fast against reference 2-4e-4 instead of 8e-4; one H200,
+results/bench/fp16_stored/).
 
 The kernels run H units as HP, H rounded up to 16 (:class:`_Units`: 1500 as 1504, with 4 dead units that stay
 zero), so that every block of units is whole and every row aligned (7-20% off the step kernels at H=1500). The
 backward's dW_hh product then has aligned rows too, as cuBLAS's fast kernels want (:mod:`vdrnn.gemm`).
 
-W_hh is copied once per forward into a buffer in the product dtype, [G*HP, w_cols]: each gate's rows padded to HP,
+W_hh is copied once per forward into a buffer in the stored dtype, [G*HP, w_cols]: each gate's rows padded to HP,
 each row zero-padded to a whole number of K slices. Every row starts aligned and the kernels read whole slices of
 a row without masks, so the weight loads are full-width whatever H is. The copy is reused by the backward pass.
 
@@ -404,6 +408,19 @@ def _precision(op_dtype: torch.dtype) -> str:
     return "tf32"
 
 
+def _stored_dtype(op_dtype: torch.dtype) -> torch.dtype:
+    """The dtype W_hh and the forward's operands h_t * z_h are stored in for products in ``op_dtype``.
+
+    TF32 products keep 10 mantissa bits of each fp32 operand, and fp16 holds exactly 10: stored in fp16, the operands
+    lose nothing a TF32 product keeps, in half the bytes that every step streams. Only the range differs: values
+    under 6.1e-5 (a weight that small, or a masked h_t) keep an absolute error under 3e-8, and none can exceed 65,504
+    (no weight of a trained recurrence comes near). IEEE fp32 (``allow_tf32 = False``) and bf16 store their own dtype.
+    """
+    if op_dtype == torch.float32 and _precision(op_dtype) == "tf32":
+        return torch.float16
+    return op_dtype
+
+
 def _sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 4  # the interpreter: any number does
@@ -538,7 +555,7 @@ def _plan_for(x_proj: torch.Tensor, hidden: int, zh: torch.Tensor | None, op_dty
 
 
 def _pack_weight(w_hh: torch.Tensor, dtype: torch.dtype, plan: _Plan) -> torch.Tensor:
-    """W_hh [G*H, H] in the product dtype as [G*HP, w_cols]: each gate's rows zero-padded to the plan's HP units
+    """W_hh [G*H, H] in ``dtype`` (``_stored_dtype``'s) as [G*HP, w_cols]: each gate's rows zero-padded to the plan's HP units
     (:class:`_Units`) and every row to ``plan.w_cols`` columns.
 
     Aligned rows give full-width loads, and the zero tail lets the kernels read whole blocks of a
@@ -712,8 +729,9 @@ def _padded_forward(x_proj, h0, c0, w_hh, b_hh, zh, zc, c_scale: float, op_dtype
     x_proj [T, B, 4, HP] comes padded from ``input_product``."""
     units = _Units(h0.shape[-1])
     b_hh, h0, c0, zh, zc = units.pad(b_hh, GATES), units.pad(h0), units.pad(c0), units.pad(zh), units.pad(zc)
-    plan = _plan_for(x_proj, units.padded, zh, op_dtype, GATES, one_gate_kernel=True)
-    w_op = _pack_weight(w_hh, op_dtype, plan)
+    stored = _stored_dtype(op_dtype)
+    plan = _plan_for(x_proj, units.padded, zh, stored, GATES, one_gate_kernel=True)
+    w_op = _pack_weight(w_hh, stored, plan)
     margs = _mask_args(zh, zc, c_scale, _dummy(x_proj))
     return units, plan, w_op, margs, h0, _forward(x_proj, h0, c0, w_op, b_hh, margs, plan, save_acts)
 
@@ -738,6 +756,7 @@ class _FusedLSTM(torch.autograd.Function):
         ctx.margs = margs[1:5] + margs[6:]
         ctx.plan = plan
         ctx.units = units
+        ctx.op_dtype = op_dtype
         return (units.unpad(y).contiguous(), units.unpad(h_last).contiguous(),
                 units.unpad(cs[-1]).clone(memory_format=torch.contiguous_format))
 
@@ -761,12 +780,15 @@ class _FusedLSTM(torch.autograd.Function):
         steps, batch, hidden = dy.shape  # hidden: the kernels' HP units
         dev = dy.device
         dgates = torch.empty(steps, batch, GATES * hidden, device=dev, dtype=torch.float32)
-        op_copy = w_op.dtype != torch.float32
-        dg_op = torch.empty_like(dgates, dtype=w_op.dtype) if op_copy else dgates  # the products' operand
+        # The backward's products run in the forward's product dtype (TF32 on fp32 operands, or bf16), W converted
+        # to it as it is loaded where it is stored in fp16 (``_stored_dtype``); gradients are never stored in fp16.
+        op_dtype = ctx.op_dtype
+        op_copy = op_dtype != torch.float32
+        dg_op = torch.empty_like(dgates, dtype=op_dtype) if op_copy else dgates  # the products' operand
         ws = torch.empty(GATES * plan.ks, batch, hidden, device=dev, dtype=torch.float32)
         counters = torch.zeros(plan.n_b * plan.n_j_b, device=dev, dtype=torch.int32)
-        op = _tl_dtype(w_op.dtype)
-        precision = _precision(w_op.dtype)
+        op = _tl_dtype(op_dtype)
+        precision = _precision(op_dtype)
         for t in reversed(range(steps)):
             has_next = t < steps - 1
             grid = (plan.n_j_b, GATES * plan.ks if has_next else 1, plan.n_b)
@@ -778,9 +800,9 @@ class _FusedLSTM(torch.autograd.Function):
                 K_CHUNK=plan.chunk_b, KS=plan.ks, num_warps=NUM_WARPS, num_stages=plan.stages_b,
             )
         # Whole-sequence products, one library call each (no loop over t).
-        w = w_op[:, :hidden]
+        w = w_op[:, :hidden].to(op_dtype)
         # Each step's operand, h_{t-1} masked, for t = 0..T-1, as the forward used it: [NZ, T*B, H].
-        hz = hz[:, :steps].reshape(hz.shape[0], steps * batch, hidden)
+        hz = hz[:, :steps].reshape(hz.shape[0], steps * batch, hidden).to(op_dtype)
         if per_gate:  # untied: gate g saw h * z_h^g, so dW_g and dh_0 are per-gate products
             dg4 = dg_op.view(steps, batch, GATES, hidden)
             # One batched GEMM over the gates, dW_g = dgates_g^T @ hz_g, on strided views (no copies).

@@ -16,7 +16,7 @@ What runs where (one layer, T steps, batch B, hidden H, gates r, z, n as torch.n
        r = sigma(x_r + a_r)    z = sigma(x_z + a_z)    n = tanh(x_n + r * a_n)
        h_t = (1 - z) * n + z * h_{t-1}          (h_{t-1} undropped here, as gru_reference)
    and stores h_t, h_t * z_h (the next step's operand, as the LSTM's ``hz``: one copy tied, three
-   untied, in the product's dtype), y_t and (r, z, n, a_n) for the backward.
+   untied, in the stored dtype: ``fused._stored_dtype``), y_t and (r, z, n, a_n) for the backward.
 3. Backward, ONE kernel per step in reverse (``_gru_bwd_step``), program owning units j:
        dh_t = dy_t + z_{t+1} * dh_{t+1} + sum_g z_h^g * (da_{t+1}^g @ W_g)
    then the cell's backward: da_r, da_z, da_n = dn_pre * r (the recurrent gradients, what the
@@ -44,6 +44,7 @@ from vdrnn.fused import (
     _Plan,
     _plan_for,
     _precision,
+    _stored_dtype,
     _Units,
     input_product,
     kernels_or_fallback,
@@ -284,8 +285,9 @@ def _padded_forward(x_proj, h0, w_hh, b_hh, zh, op_dtype: torch.dtype, save_acts
     [T, B, 3, HP] comes padded from ``fused.input_product``."""
     units = _Units(h0.shape[-1])
     b_hh, h0, zh = units.pad(b_hh, GRU_GATES), units.pad(h0), units.pad(zh)
-    plan = _plan_for(x_proj, units.padded, zh, op_dtype, GRU_GATES)
-    w_op = _pack_weight(w_hh, op_dtype, plan)
+    stored = _stored_dtype(op_dtype)
+    plan = _plan_for(x_proj, units.padded, zh, stored, GRU_GATES)
+    w_op = _pack_weight(w_hh, stored, plan)
     margs = _gru_mask_args(zh, x_proj)
     return units, plan, w_op, margs, _forward(x_proj, h0, w_op, b_hh, margs, plan, save_acts)
 
@@ -308,6 +310,7 @@ class _FusedGRU(torch.autograd.Function):
         ctx.margs = margs[1:]
         ctx.plan = plan
         ctx.units = units
+        ctx.op_dtype = op_dtype
         return units.unpad(y).contiguous(), units.unpad(hs[-1]).clone(memory_format=torch.contiguous_format)
 
     @staticmethod
@@ -331,13 +334,14 @@ class _FusedGRU(torch.autograd.Function):
         three_h = GRU_GATES * hidden
         dev = dy.device
         dg = torch.empty(steps, batch, SAVED * hidden, device=dev, dtype=torch.float32)
-        op_copy = w_op.dtype != torch.float32
-        # The products' operand (da_r, da_z, da_n): a copy in W's dtype, or dg itself in fp32.
-        dgo = torch.empty(steps, batch, three_h, device=dev, dtype=w_op.dtype) if op_copy else dg
+        op_dtype = ctx.op_dtype  # the forward's product dtype, as in vdrnn.fused's backward
+        op_copy = op_dtype != torch.float32
+        # The products' operand (da_r, da_z, da_n): a copy in the product dtype, or dg itself in fp32.
+        dgo = torch.empty(steps, batch, three_h, device=dev, dtype=op_dtype) if op_copy else dg
         ws = torch.empty(GRU_GATES * plan.ks, batch, hidden, device=dev, dtype=torch.float32)
         counters = torch.zeros(plan.n_b * plan.n_j_b, device=dev, dtype=torch.int32)
-        op = fused._tl_dtype(w_op.dtype)
-        precision = _precision(w_op.dtype)
+        op = fused._tl_dtype(op_dtype)
+        precision = _precision(op_dtype)
         for t in reversed(range(steps)):
             has_next = t < steps - 1
             grid = (plan.n_j_b, GRU_GATES * plan.ks if has_next else 1, plan.n_b)
@@ -349,9 +353,9 @@ class _FusedGRU(torch.autograd.Function):
                 K_CHUNK=plan.chunk_b, KS=plan.ks, num_warps=fused.NUM_WARPS, num_stages=plan.stages_b,
             )
         # Whole-sequence products, one library call each. da = the gradients of the recurrent products.
-        w = w_op[:, :hidden]
+        w = w_op[:, :hidden].to(op_dtype)
         # Each step's operand, h_{t-1} masked, for t = 0..T-1, as the forward used it: [NZ, T*B, H].
-        hz = hz[:, :steps].reshape(hz.shape[0], steps * batch, hidden)
+        hz = hz[:, :steps].reshape(hz.shape[0], steps * batch, hidden).to(op_dtype)
         da = dgo[..., :three_h]
         if per_gate:  # untied: gate g saw h * z_h^g, so dW_g and dh_0 are per-gate products
             da3 = da.unflatten(-1, (GRU_GATES, hidden))

@@ -53,7 +53,8 @@ def recurrent_grad_product(dg_rows, w_ptr, gate, k_base, offs_j, mask_b, stride_
         # row (k) needs a mask: the loads stay full-width along j.
         w = tl.load(w_ptr + (gate * H + offs_k[:, None]) * stride_w + offs_j[None, :],
                     mask=mask_k[:, None], other=0.0)
-        part = tl.dot(a.to(OP_DTYPE), w, part, input_precision=PRECISION)
+        # W may be stored narrower than the product (fp16 for TF32 products: vdrnn.fused._stored_dtype).
+        part = tl.dot(a.to(OP_DTYPE), w.to(OP_DTYPE), part, input_precision=PRECISION)
     return part
 
 
