@@ -73,13 +73,15 @@ def test_linear_pads_in_the_product_dtype_under_autocast(aligned_on_cpu, linear_
     torch.testing.assert_close(y.float(), x.bfloat16().float() @ w.bfloat16().float().t(), rtol=1e-2, atol=1e-2)
 
 
-@pytest.mark.parametrize("per_gate,inputs", [(False, 7), (False, 8), (True, 7)])
+@pytest.mark.parametrize("per_gate,inputs", [(False, 7), (False, 8), (True, 7), (True, 8)])
 def test_input_product_is_masked_linear(per_gate, inputs, aligned_on_cpu, linear_calls, monkeypatch):
     """The fast paths' input product against the reference's masked_linear, tied and untied masks, H odd: the same
     values and gradients, as [T, B, G, units] with zeros for the kernels' dead units (5 live units of 6)."""
     baddbmms = []
     real_baddbmm = torch.baddbmm
-    monkeypatch.setattr(torch, "baddbmm", lambda b, x, w: baddbmms.append((x.shape, w.shape)) or real_baddbmm(b, x, w))
+    # Each call's operand shapes, and whether the masked input is a view of v * z (flattened without a copy).
+    monkeypatch.setattr(torch, "baddbmm", lambda b, x, w: baddbmms.append((x.shape, w.shape, x._base is not None))
+                        or real_baddbmm(b, x, w))
     gates, hidden, units, batch = 4, 5, 6, 3
     v, w, b = leaves((2, batch, inputs), (gates * hidden, inputs), (gates * hidden,))
     mask = torch.rand(batch, gates, inputs, dtype=torch.float64) if per_gate else torch.rand(batch, inputs,
@@ -97,7 +99,7 @@ def test_input_product_is_masked_linear(per_gate, inputs, aligned_on_cpu, linear
     # The aligned product saw D = 7 -> 8 (float64: whole pairs) and wrote each gate's 6 units itself; with D = 8
     # aligned already and fewer rows of output (6) than of weight (8 inputs), the output is padded after it instead.
     if per_gate:
-        assert baddbmms == [((gates, 2 * batch, 8), (gates, 8, units))]
+        assert baddbmms == [((gates, 2 * batch, 8), (gates, 8, units if inputs == 7 else hidden), True)]
     else:
         assert linear_calls[-1] == ((2, batch, 8), (gates * (units if inputs == 7 else hidden), 8))
 

@@ -40,6 +40,15 @@ def pad_last(t: torch.Tensor, pad: int) -> torch.Tensor:
     return F.pad(t, (0, pad)) if pad else t
 
 
+def pads_output(rows: int, weight: torch.Tensor, dtype: torch.dtype, pad_in: int) -> bool:
+    """Should a product whose output gains dead units pad that output after the product, rather than the weight's rows
+    before it? Where nothing else copies the weight (its own dtype, inputs aligned) and the output has fewer rows than
+    the weight has columns (a training step's 700 rows against 1500 inputs): that copy is the smaller, and the weight's
+    gradient comes out of its product whole instead of sliced from a padded one and copied (the 1500-unit fp32 step
+    4.11 against 4.19 ms tied, one H200). At MC evaluation's 35,000 rows the weight's padding wins."""
+    return not pad_in and dtype == weight.dtype and rows < weight.shape[1]
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, gates: int = 1,
            units: int | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)``, its dimensions zero-padded where cuBLAS needs it.
@@ -59,10 +68,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     pad_out = padding(rows, dtype, x.device) if units is None else units - rows
     if not pad_in and not pad_out:
         return F.linear(x, weight, bias)
-    if units is not None and not pad_in and dtype == weight.dtype and x.numel() // x.shape[-1] < weight.shape[1]:
-        # Nothing else would copy the weight, and the output is the smaller of the two (a training step's 700 rows
-        # against 1500 inputs): padding the output after the product costs less (4.11 against 4.19 ms for the
-        # 1500-unit fp32 step, one H200).
+    if units is not None and pads_output(x.numel() // x.shape[-1], weight, dtype, pad_in):
         y = F.linear(x, weight, bias).unflatten(-1, (gates, rows))
         return F.pad(y, (0, pad_out)).flatten(-2)
     weight = F.pad(weight.to(dtype).view(gates, rows, -1), (0, pad_in, 0, pad_out)).flatten(0, 1)
@@ -87,13 +93,20 @@ def per_gate_linear(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     hidden, inputs = weight.shape[0] // gates, weight.shape[1]
     dtype = product_dtype(weight)
     pad_in = padding(inputs, dtype, v.device)
-    z = pad_last(mask.movedim(-2, 0), pad_in)  # [G, B, D']
+    # [G, B, D'], contiguous (a few KB), so that v * z is laid out [G, ..., B, D'] and flattens without a copy.
+    z = pad_last(mask.movedim(-2, 0), pad_in).contiguous()
     z = z.view(gates, *[1] * (v.dim() - 2), *z.shape[1:])  # broadcast over v's leading (time) dimensions
     masked = (pad_last(v, pad_in).unsqueeze(0) * z).to(dtype).flatten(1, -2)  # [G, N, D'], N = v's rows
-    weight = F.pad(weight.to(dtype).view(gates, hidden, inputs), (0, pad_in, 0, units - hidden))  # [G, units, D']
+    pad_out = pads_output(masked.shape[1], weight, dtype, pad_in)
+    weight = weight.to(dtype).view(gates, hidden, inputs)
+    if not pad_out:
+        weight = F.pad(weight, (0, pad_in, 0, units - hidden))  # [G, units, D']
     if bias is None:
         out = torch.bmm(masked, weight.transpose(1, 2))
     else:
-        bias = pad_last(bias.view(gates, 1, hidden), units - hidden).to(dtype)
+        bias = bias.view(gates, 1, hidden)
+        bias = (bias if pad_out else pad_last(bias, units - hidden)).to(dtype)
         out = torch.baddbmm(bias, masked, weight.transpose(1, 2))
+    if pad_out:
+        out = pad_last(out, units - hidden)
     return out.unflatten(1, v.shape[:-1]).movedim(0, -2)
