@@ -61,7 +61,8 @@ def device_name(device: torch.device) -> str:
 
 def prepare_device(name: str, amp: str) -> torch.device:
     """The run's device, set up as training and `vdrnn eval` both use it: TF32 products on CUDA (so that
-    evaluating a checkpoint repeats its run's own test numbers), and fp16 refused where it cannot run."""
+    evaluating a checkpoint repeats its run's own test numbers; the fused recurrences then store their operands in
+    fp16, which holds what TF32 keeps: ``fused._stored_dtype``), and fp16 refused where it cannot run."""
     device = resolve_device(name)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
