@@ -23,6 +23,7 @@ from triton_setup import (  # noqa: F401 (exact_fp32: autouse fixture)
     random_weights,
     rel,
     shared_masks,
+    tf32_products,
 )
 
 from vdrnn import fused, gemm
@@ -146,15 +147,15 @@ def test_tf32_products_read_their_operands_stored_in_fp16(kind, block_plan, monk
     fp32, and the results stay within TF32's error of the reference (at most 2-4e-4 on one H200 at 650 and 1500 units,
     where fp32-stored TF32 operands gave 8e-4)."""
     packed = packed_dtypes(monkeypatch)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
-    assert_fused_matches_reference(kind, hidden=33, tol=TF32_TOL)
+    with tf32_products(True):
+        assert_fused_matches_reference(kind, hidden=33, tol=TF32_TOL)
     assert packed == [torch.float16]
 
 
 def test_ieee_fp32_products_keep_fp32_operands(monkeypatch):
     packed = packed_dtypes(monkeypatch)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    assert_fused_matches_reference("untied", hidden=33)
+    with tf32_products(False):
+        assert_fused_matches_reference("untied", hidden=33)
     assert packed == [torch.float32]
 
 

@@ -21,6 +21,7 @@ from triton_setup import (  # noqa: F401 (exact_fp32: autouse fixture)
     random_weights,
     rel,
     shared_masks,
+    tf32_products,
 )
 
 from vdrnn import fused_gru, gemm
@@ -91,9 +92,9 @@ def test_fused_gru_tf32_products_read_their_operands_stored_in_fp16(kind, tf32, 
     packed = []
     real = fused_gru._pack_weight
     monkeypatch.setattr(fused_gru, "_pack_weight", lambda w, dtype, plan: packed.append(dtype) or real(w, dtype, plan))
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", tf32)
     torch.manual_seed(0)
-    compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind, tol=tol)
+    with tf32_products(tf32):
+        compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind, tol=tol)
     assert packed == [stored]
 
 

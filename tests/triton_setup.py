@@ -9,6 +9,7 @@ tests run the compiled kernels.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -47,6 +48,19 @@ FP32_TOL = 1e-5
 # With TF32 products (training's fp32 runs turn them on) the issue's bound for fast against reference: a TF32 product
 # keeps 10 mantissa bits of each operand, about 5e-4 relative.
 TF32_TOL = 1e-3
+
+
+@contextmanager
+def tf32_products(on: bool):
+    """TF32 products on or off inside the block (torch's switch, which the fused kernels follow). Set and restored by
+    hand: pytest 9.2's monkeypatch takes the switch (served by torch's module object, not stored on it) for a missing
+    attribute, and its undo then fails, in the teardown of whichever test comes next."""
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = on
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
 
 
 @pytest.fixture(autouse=True)
