@@ -4,10 +4,10 @@ Triton's interpreter (what the CPU tests run) checks what the kernels compute, n
 accepts them: a kernel can pass every CPU test and still fail to compile on the GPU. This script runs the
 real compiler, down to PTX and cubin with the ptxas that ships in the triton wheel, for every kernel
 variant the training paths launch (tied, untied and no recurrent mask; Moon's cell mask; TF32 products on
-fp16-stored operands, bf16 products, and, for tied masks, IEEE fp32; with and without split-K), for the units the layers run (650 and 1500 as 656 and 1504, ``fused._Units``)
-with the block shapes, splits and pipeline depths ``vdrnn.fused._Plan`` picks for a 132-SM H100/H200 at batch 20,
-plus MC evaluation's untied forward at 1,000 sequences a pass (the widest operand tiles). It prints each kernel's
-shared memory and a hash of its PTX.
+fp16-stored operands, bf16 products, and, for tied masks, IEEE fp32; with and without split-K), for the units
+the layers run (650 and 1500 as 656 and 1504, ``fused._Units``) with the block shapes, splits and pipeline
+depths ``vdrnn.fused._Plan`` picks for a 132-SM H100/H200 at batch 20, plus MC evaluation's untied forward at
+1,000 sequences a pass (the widest operand tiles). It prints each kernel's shared memory and a hash of its PTX.
 
     python scripts/kernel_ptx.py                      # compile all; exit 1 if any fails
     python scripts/kernel_ptx.py --out /tmp/ptx/new   # also write the PTX (debug info stripped)
