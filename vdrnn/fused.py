@@ -451,8 +451,8 @@ class _Plan:
 
     At batch 20 there are only H / BLOCK_H blocks of output (41 at H=650): without splitting the
     reduction most SMs would idle while a few stream all of W_hh through long loops. ``gates``,
-    ``operands`` (1, or one masked copy of h per gate for untied masks) and ``op_bytes`` (the product
-    dtype's size) say how much shared memory a stage of the forward loop takes; ``one_gate_kernel``, that
+    ``operands`` (1, or one masked copy of h per gate for untied masks) and ``op_bytes`` (the size of the
+    stored operands' dtype, ``_stored_dtype``) say how much shared memory a stage of the forward loop takes; ``one_gate_kernel``, that
     the forward kernel can run one gate per program (the LSTM's), which the plan then decides.
     """
 
@@ -546,12 +546,13 @@ def _untied(zh: torch.Tensor | None) -> bool:
     return zh is not None and zh.dim() == 3
 
 
-def _plan_for(x_proj: torch.Tensor, hidden: int, zh: torch.Tensor | None, op_dtype: torch.dtype, gates: int,
+def _plan_for(x_proj: torch.Tensor, hidden: int, zh: torch.Tensor | None, stored: torch.dtype, gates: int,
               one_gate_kernel: bool = False) -> _Plan:
-    """The plan of a layer's T steps: x_proj [T, B, gates, H], the recurrent mask zh ([B, G, H] when untied);
-    ``one_gate_kernel`` for a forward kernel that can run one gate per program (the LSTM's)."""
+    """The plan of a layer's T steps: x_proj [T, B, gates, H], the recurrent mask zh ([B, G, H] when untied), the
+    forward's operands in ``stored`` (``_stored_dtype``); ``one_gate_kernel`` for a forward kernel that can run one gate
+    per program (the LSTM's)."""
     operands = gates if _untied(zh) else 1
-    return _Plan(x_proj.shape[1], hidden, x_proj.device, gates, operands, op_dtype.itemsize, one_gate_kernel)
+    return _Plan(x_proj.shape[1], hidden, x_proj.device, gates, operands, stored.itemsize, one_gate_kernel)
 
 
 def _pack_weight(w_hh: torch.Tensor, dtype: torch.dtype, plan: _Plan) -> torch.Tensor:

@@ -97,15 +97,16 @@ def per_gate_linear(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     z = pad_last(mask.movedim(-2, 0), pad_in).contiguous()
     z = z.view(gates, *[1] * (v.dim() - 2), *z.shape[1:])  # broadcast over v's leading (time) dimensions
     masked = (pad_last(v, pad_in).unsqueeze(0) * z).to(dtype).flatten(1, -2)  # [G, N, D'], N = v's rows
+    # The kernels' dead units: zero rows of the weight and bias, or zeros appended to the output after the product.
     pad_out = pads_output(masked.shape[1], weight, dtype, pad_in)
+    dead_rows = 0 if pad_out else units - hidden
     weight = weight.to(dtype).view(gates, hidden, inputs)
     if not pad_out:
-        weight = F.pad(weight, (0, pad_in, 0, units - hidden))  # [G, units, D']
+        weight = F.pad(weight, (0, pad_in, 0, dead_rows))  # [G, units, D']
     if bias is None:
         out = torch.bmm(masked, weight.transpose(1, 2))
     else:
-        bias = bias.view(gates, 1, hidden)
-        bias = (bias if pad_out else pad_last(bias, units - hidden)).to(dtype)
+        bias = pad_last(bias.view(gates, 1, hidden), dead_rows).to(dtype)
         out = torch.baddbmm(bias, masked, weight.transpose(1, 2))
     if pad_out:
         out = pad_last(out, units - hidden)
