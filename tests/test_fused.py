@@ -20,6 +20,7 @@ from triton_setup import (  # noqa: F401 (exact_fp32: autouse fixture)
     exact_fp32,
     gpu,
     kernel_units,
+    packed_dtypes,
     random_weights,
     rel,
     shared_masks,
@@ -132,28 +133,20 @@ def assert_fused_matches_reference(kind: str, hidden: int, tol: float = FP32_TOL
     assert out[0].dtype == ref[0].dtype and out[1].dtype == torch.float32
 
 
-def packed_dtypes(monkeypatch) -> list[torch.dtype]:
-    """The dtypes W_hh is packed in for the kernels, call by call."""
-    packed = []
-    real = fused._pack_weight
-    monkeypatch.setattr(fused, "_pack_weight", lambda w, dtype, plan: packed.append(dtype) or real(w, dtype, plan))
-    return packed
-
-
 @pytest.mark.parametrize("kind", ["tied", "untied", "moon"])
 def test_tf32_products_read_their_operands_stored_in_fp16(kind, block_plan, monkeypatch):
     """With TF32 on, as training's fp32 runs have it, W_hh and the forward's masked h_t are stored in fp16
     (fused._stored_dtype): the 10 mantissa bits a TF32 product keeps, in half the bytes. The backward's gradients stay
     fp32, and the results stay within TF32's error of the reference (at most 2-4e-4 on one H200 at 650 and 1500 units,
     where fp32-stored TF32 operands gave 8e-4)."""
-    packed = packed_dtypes(monkeypatch)
+    packed = packed_dtypes(monkeypatch, fused)
     with tf32_products(True):
         assert_fused_matches_reference(kind, hidden=33, tol=TF32_TOL)
     assert packed == [torch.float16]
 
 
 def test_ieee_fp32_products_keep_fp32_operands(monkeypatch):
-    packed = packed_dtypes(monkeypatch)
+    packed = packed_dtypes(monkeypatch, fused)
     with tf32_products(False):
         assert_fused_matches_reference("untied", hidden=33)
     assert packed == [torch.float32]

@@ -18,6 +18,7 @@ from triton_setup import (  # noqa: F401 (exact_fp32: autouse fixture)
     exact_fp32,
     gpu,
     kernel_units,
+    packed_dtypes,
     random_weights,
     rel,
     shared_masks,
@@ -89,9 +90,7 @@ def test_fused_gru_matches_reference(kind):
 def test_fused_gru_tf32_products_read_their_operands_stored_in_fp16(kind, tf32, stored, tol, monkeypatch):
     """As the LSTM's (test_fused.py): with TF32 on, W_hh and the masked h_t are stored in fp16, the gradients stay
     fp32, and the results stay within TF32's error; IEEE fp32 products keep fp32 operands."""
-    packed = []
-    real = fused_gru._pack_weight
-    monkeypatch.setattr(fused_gru, "_pack_weight", lambda w, dtype, plan: packed.append(dtype) or real(w, dtype, plan))
+    packed = packed_dtypes(monkeypatch, fused_gru)
     torch.manual_seed(0)
     with tf32_products(tf32):
         compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind, tol=tol)

@@ -50,6 +50,14 @@ FP32_TOL = 1e-5
 TF32_TOL = 1e-3
 
 
+def packed_dtypes(monkeypatch, module) -> list[torch.dtype]:
+    """The dtypes ``module`` (vdrnn.fused or vdrnn.fused_gru) packs W_hh in for its kernels, call by call."""
+    packed = []
+    real = module._pack_weight
+    monkeypatch.setattr(module, "_pack_weight", lambda w, dtype, plan: packed.append(dtype) or real(w, dtype, plan))
+    return packed
+
+
 @contextmanager
 def tf32_products(on: bool):
     """TF32 products on or off inside the block (torch's switch, which the fused kernels follow). Set and restored by
