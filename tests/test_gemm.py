@@ -79,9 +79,10 @@ def test_input_product_is_masked_linear(per_gate, inputs, aligned_on_cpu, linear
     values and gradients, as [T, B, G, units] with zeros for the kernels' dead units (5 live units of 6)."""
     baddbmms = []
     real_baddbmm = torch.baddbmm
-    # Each call's operand shapes, and whether the masked input is a view of v * z (flattened without a copy).
-    monkeypatch.setattr(torch, "baddbmm", lambda b, x, w: baddbmms.append((x.shape, w.shape, x._base is not None))
-                        or real_baddbmm(b, x, w))
+    # Each call's operand shapes, whether the masked input is a view of v * z (flattened without a copy), and the row
+    # stride the product writes its output with (the result's, units: written in place, not copied there).
+    monkeypatch.setattr(torch, "baddbmm", lambda b, x, w, out: baddbmms.append(
+        (x.shape, w.shape, x._base is not None, out.stride(1))) or real_baddbmm(b, x, w, out=out))
     gates, hidden, units, batch = 4, 5, 6, 3
     v, w, b = leaves((2, batch, inputs), (gates * hidden, inputs), (gates * hidden,))
     mask = torch.rand(batch, gates, inputs, dtype=torch.float64) if per_gate else torch.rand(batch, inputs,
@@ -96,10 +97,12 @@ def test_input_product_is_masked_linear(per_gate, inputs, aligned_on_cpu, linear
     grads = torch.autograd.grad((got * probe).sum(), (v, w, b))
     for g, r in zip(grads, torch.autograd.grad((want * probe).sum(), (v, w, b)), strict=True):
         torch.testing.assert_close(g, r)
-    # The aligned product saw D = 7 -> 8 (float64: whole pairs) and wrote each gate's 6 units itself; with D = 8
-    # aligned already and fewer rows of output (6) than of weight (8 inputs), the output is padded after it instead.
+    # The aligned product saw D = 7 -> 8 (float64: whole pairs). Tied: it wrote each gate's 6 units itself, or with D
+    # = 8 aligned already and fewer rows of output (6) than of weight (8 inputs), the output is padded after it.
+    # Untied: the batched product writes each gate's 6 units (5 live values are not whole 16-byte rows: W's rows are
+    # zero-padded) into the result's rows in place.
     if per_gate:
-        assert baddbmms == [((gates, 2 * batch, 8), (gates, 8, units if inputs == 7 else hidden), True)]
+        assert baddbmms == [((gates, 2 * batch, 8), (gates, 8, units), True, units)]
     else:
         assert linear_calls[-1] == ((2, batch, 8), (gates * (units if inputs == 7 else hidden), 8))
 
@@ -113,6 +116,31 @@ def test_per_gate_linear_is_a_view_of_gate_major_storage():
     assert fused._gate_major(out) and not fused._gate_major(out.contiguous())
     with pytest.raises(ValueError, match="neither"):
         fused._gate_major(out.transpose(0, 1))
+
+
+@pytest.mark.parametrize("mask_rows,hidden", [(3, 5), (1, 5), (3, 6)])
+def test_per_gate_linear_gradients_include_a_learned_mask(mask_rows, hidden, aligned_on_cpu, monkeypatch):
+    """The batched product's own backward against autograd through the einsum it stands for: v, W, b and the mask
+    (learned, as Kingma's adaptive Gaussian dropout's; per sample, or one row shared by the batch), D padded 7 -> 8.
+    6 live units (whole 16-byte rows in float64) are written as they are, 5 with W's rows zero-padded to the 8 units."""
+    gates, units, batch = 4, 8, 3
+    written = []
+    real_baddbmm = torch.baddbmm
+    monkeypatch.setattr(torch, "baddbmm", lambda b, x, w, out: written.append(out.shape[-1])
+                        or real_baddbmm(b, x, w, out=out))
+    v, w, b = leaves((2, batch, 7), (gates * hidden, 7), (gates * hidden,))
+    mask = torch.rand(mask_rows, gates, 7, dtype=torch.float64).requires_grad_()
+    probe = torch.randn(2, batch, gates, units, dtype=torch.float64)
+    got = gemm.per_gate_linear(v, w, b, mask, units)
+    assert written == [hidden if hidden == 6 else units]
+    want = torch.einsum("tbgd,ghd->tbgh", v.unsqueeze(-2) * mask, w.view(gates, hidden, 7)) + b.view(gates, hidden)
+    torch.testing.assert_close(got[..., :hidden], want)
+    assert got[..., hidden:].abs().max().item() == 0
+    grads = torch.autograd.grad((got * probe).sum(), (v, w, b, mask))
+    want_grads = torch.autograd.grad((want * probe[..., :hidden]).sum(), (v, w, b, mask))
+    for g, r in zip(grads, want_grads, strict=True):
+        assert g.shape == r.shape
+        torch.testing.assert_close(g, r)
 
 
 def test_per_gate_linear_rounds_the_masked_input_once_under_autocast(aligned_on_cpu):

@@ -8,11 +8,12 @@ arithmetic. This module does the same computation with as few launches as the ma
 
 What runs where (one layer, T steps, batch B, hidden H):
 
-1. Input half, once for all steps: ``input_product`` (one GEMM, x masks applied there).
+1. Input half, once for all steps: ``input_product`` (one GEMM, x masks applied there; b_ih is
+   added with b_hh in step 2).
    x_t does not depend on h, so it never needs to be inside the loop.
 2. Forward, ONE Triton kernel per time step (``_fwd_step``). At training batches a program multiplies
    one gate g for a block of hidden units j (and a slice of k, below):
-       gates_g[b, j] = sum_k (h_{t-1}[b, k] * z_h[b, g, k]) * W_hh[g*H + j, k] + x_proj[t, b, g*H + j] + b_hh
+       gates_g[b, j] = sum_k (h_{t-1}[b, k] * z_h[b, g, k]) * W_hh[g*H + j, k] + x_proj[t, b, g*H + j] + b
    and the last of the block's programs to finish has all four gates' sums, so it runs the cell (at
    MC evaluation's wide batches a program multiplies all four gates: ``_Plan``).
    The operand h_{t-1} * z_h comes ready: the step before stored it, masked and in the stored
@@ -33,13 +34,15 @@ What runs where (one layer, T steps, batch B, hidden H):
    pointwise kernel would be two launches per step). With bf16 products the kernel also stores
    dgates_t in bf16, the operand the next step's programs stream (12% off the bf16 step at H=1500).
 4. After the loop, whole-sequence products that need no loop: dW_hh as ONE GEMM over all T*B rows
-   (dgates^T @ hz, the operands the forward used; a per-gate batched GEMM for untied masks), db_hh = sum of dgates,
-   d x_proj = dgates (autograd carries it on to x, w_ih, b_ih), dh_0 from one more small GEMM.
+   (dgates^T @ hz, the operands the forward used; a per-gate batched GEMM for untied masks), db = sum of dgates
+   (b = b_ih + b_hh: autograd hands it to both), d x_proj = dgates (autograd carries it on to x and w_ih), dh_0
+   from one more small GEMM.
 
 With untied input masks x_proj is gate-major, [4, T, B, H] storage (:func:`vdrnn.gemm.per_gate_linear`), and so is hz:
 each gate's input product and weight gradient is then one matrix of a batched GEMM, with no transposing copies
 (5.54 -> 4.88 ms for the 1500-unit fp32 step, results/bench/untied/; one gate per forward program then took it to
-4.51 ms, results/bench/one_gate/).
+4.51 ms, results/bench/one_gate/; the product's own backward, 4.01 -> 3.62 ms with this module's b_ih and dh_0
+changes, results/bench/untied_product/).
 
 Split-K inside the one launch. At batch 20 a step has only H / 16 or H / 32 blocks of output (41 at
 H=650, 47 at H=1500), too few to keep 132 SMs busy pulling W_hh through memory. So each kernel also
@@ -638,13 +641,13 @@ def _masked_h0(h0: torch.Tensor, zh: torch.Tensor | None, per_gate: bool) -> tor
     return (h0 * zh).unsqueeze(0)
 
 
-def input_product(x: torch.Tensor, w_ih: torch.Tensor, b_ih: torch.Tensor, masks: LayerMasks, gates: int,
+def input_product(x: torch.Tensor, w_ih: torch.Tensor, b_ih: torch.Tensor | None, masks: LayerMasks, gates: int,
                   units: int) -> torch.Tensor:
     """W_ih (x * z_x) + b_ih for all steps and gates at once, as :func:`vdrnn.recurrent.masked_linear`, through aligned
     products (:mod:`vdrnn.gemm`): [T, B, G, units], each gate's H values followed by zeros for the kernels' dead units
     (:class:`_Units`), written so by the product (zero rows of W_ih) rather than copied after it: at MC evaluation's
     1,000 sequences that copy took 1.7 of 17.8 s (one H200). With untied masks it is a view of gate-major storage,
-    which the kernels read through its strides."""
+    which the kernels read through its strides. ``b_ih`` None: no bias (the LSTM adds it in its kernels)."""
     if masks.x is not None and masks.per_gate:
         return gemm.per_gate_linear(x, w_ih, b_ih, masks.x, units)
     v = x if masks.x is None else x * masks.x.to(x.dtype)
@@ -685,7 +688,35 @@ def recurrent_mask_grad(d_products: torch.Tensor, w: torch.Tensor, h_prev: torch
     return grad.sum(0, keepdim=True) if zh.shape[0] == 1 else grad
 
 
-def _forward(x_proj, h0, c0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
+def initial_state_grad(d_first: torch.Tensor, w_op: torch.Tensor, w_hh: torch.Tensor, zh: torch.Tensor | None,
+                       per_gate: bool, units: _Units, op_dtype: torch.dtype) -> torch.Tensor:
+    """dL/dh_0 through the first step's recurrent product a_0 = (h_0 * z_h) W^T: (dL/da_0 W) * z_h, gate by gate with
+    per-gate masks, at the layer's H units. ``d_first`` [B, G*HP] is dL/da_0 at the kernels' units, ``w_op`` the packed
+    W_hh, ``w_hh`` the parameter [G*H, H], ``zh`` z_h at HP units or None.
+
+    The product runs in the kernels' dtype: on the packed W where it is stored in that dtype (a view), else on the fp32
+    parameter, W being stored in fp16 for TF32 products (``_stored_dtype``). Converting the packed copy to fp32 would
+    write 36 MB a 1500-unit layer for a 20-row product; TF32 keeps of the parameter's values what fp16 holds of them.
+    """
+    gates = w_hh.shape[0] // w_hh.shape[1]
+    live = w_op.dtype != op_dtype  # fp16-stored: the parameter, at H units
+    if live:
+        d_first, w = units.unpad(d_first, gates), w_hh.detach()
+        zh = None if zh is None else units.unpad(zh)
+    else:
+        w = w_op[:, :units.padded]
+    size = w.shape[1]
+    if per_gate:
+        dh0 = torch.einsum("bgk,gkj->bgj", d_first.reshape(-1, gates, size), w.reshape(gates, size, size)).float()
+        dh0 = (dh0 * zh).sum(1)
+    else:
+        dh0 = (d_first @ w).float()
+        if zh is not None:
+            dh0 = dh0 * zh
+    return dh0 if live else units.unpad(dh0)
+
+
+def _forward(x_proj, h0, c0, w_op, bias, margs, plan: _Plan, save_acts: bool):
     """Run the T forward steps of the plan's H units; x_proj [T, B, 4, H] is contiguous or gate-major (``_gate_major``).
     Returns y [T,B,H] (x_proj dtype), h_T [B,H] and cs [T+1,B,H] fp32, acts or None, and hz [NZ, T+1, B, H]: each
     step's product operand, h_t masked (NZ = 4 copies for untied masks) in W's dtype."""
@@ -710,7 +741,7 @@ def _forward(x_proj, h0, c0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
         ws = counters = cs
     op = _tl_dtype(w_op.dtype)
     precision = _precision(w_op.dtype)
-    bias = b_hh.detach()
+    bias = bias.detach()
     gate_major = _gate_major(x_proj)  # once, not at each of the T launches
     for t in range(steps):
         fwd[plan.grid_f](
@@ -724,17 +755,17 @@ def _forward(x_proj, h0, c0, w_op, b_hh, margs, plan: _Plan, save_acts: bool):
     return y, h_last, cs, (acts if save_acts else None), hz
 
 
-def _padded_forward(x_proj, h0, c0, w_hh, b_hh, zh, zc, c_scale: float, op_dtype: torch.dtype, save_acts: bool):
+def _padded_forward(x_proj, h0, c0, w_hh, bias, zh, zc, c_scale: float, op_dtype: torch.dtype, save_acts: bool):
     """The T forward steps at the kernels' HP units (:class:`_Units`): the one place that pads a layer's inputs, for
     training and inference alike. Returns (units, plan, w_op, margs, h0 padded, ``_forward``'s results), all at HP.
     x_proj [T, B, 4, HP] comes padded from ``input_product``."""
     units = _Units(h0.shape[-1])
-    b_hh, h0, c0, zh, zc = units.pad(b_hh, GATES), units.pad(h0), units.pad(c0), units.pad(zh), units.pad(zc)
+    bias, h0, c0, zh, zc = units.pad(bias, GATES), units.pad(h0), units.pad(c0), units.pad(zh), units.pad(zc)
     stored = _stored_dtype(op_dtype)
     plan = _plan_for(x_proj, units.padded, zh, stored, GATES, one_gate_kernel=True)
     w_op = _pack_weight(w_hh, stored, plan)
     margs = _mask_args(zh, zc, c_scale, _dummy(x_proj))
-    return units, plan, w_op, margs, h0, _forward(x_proj, h0, c0, w_op, b_hh, margs, plan, save_acts)
+    return units, plan, w_op, margs, h0, _forward(x_proj, h0, c0, w_op, bias, margs, plan, save_acts)
 
 
 def _op_dtype(device: torch.device) -> torch.dtype:
@@ -745,15 +776,15 @@ def _op_dtype(device: torch.device) -> torch.dtype:
 
 
 class _FusedLSTM(torch.autograd.Function):
-    """Differentiable in x_proj, h0, c0, w_hh, b_hh, and in the recurrent mask z_h where that is learned."""
+    """Differentiable in x_proj, h0, c0, w_hh, the bias (b_ih + b_hh), and in the recurrent mask z_h where that is learned."""
 
     @staticmethod
-    def forward(ctx, x_proj, h0, c0, w_hh, b_hh, zh, zc, c_scale, op_dtype):
-        ctx.dtypes = (x_proj.dtype, h0.dtype, c0.dtype, w_hh.dtype, b_hh.dtype)
+    def forward(ctx, x_proj, h0, c0, w_hh, bias, zh, zc, c_scale, op_dtype):
+        ctx.dtypes = (x_proj.dtype, h0.dtype, c0.dtype, w_hh.dtype, bias.dtype)
         # From here on the kernels' HP units; the results are sliced back to H on the way out.
         units, plan, w_op, margs, h0, (y, h_last, cs, acts, hz) = _padded_forward(
-            x_proj, h0, c0, w_hh, b_hh, zh, zc, c_scale, op_dtype, save_acts=True)
-        ctx.save_for_backward(w_op, hz, cs, acts, margs[0], margs[5], h0, y)
+            x_proj, h0, c0, w_hh, bias, zh, zc, c_scale, op_dtype, save_acts=True)
+        ctx.save_for_backward(w_op, w_hh, hz, cs, acts, margs[0], margs[5], h0, y)
         ctx.margs = margs[1:5] + margs[6:]
         ctx.plan = plan
         ctx.units = units
@@ -772,7 +803,7 @@ class _FusedLSTM(torch.autograd.Function):
     @staticmethod
     def _backward(ctx, dy, dh_t, dc_t):
         _, bwd = _build_kernels()
-        w_op, hz, cs, acts, zh, zc, h0, y = ctx.saved_tensors
+        w_op, w_hh, hz, cs, acts, zh, zc, h0, y = ctx.saved_tensors
         szb, szg, has_zh, per_gate, has_zc, c_scale = ctx.margs
         plan, units = ctx.plan, ctx.units
         xp_dtype, h0_dtype, c0_dtype, w_dtype, b_dtype = ctx.dtypes
@@ -801,20 +832,14 @@ class _FusedLSTM(torch.autograd.Function):
                 K_CHUNK=plan.chunk_b, KS=plan.ks, num_warps=NUM_WARPS, num_stages=plan.stages_b,
             )
         # Whole-sequence products, one library call each (no loop over t).
-        w = w_op[:, :hidden].to(op_dtype)
         # Each step's operand, h_{t-1} masked, for t = 0..T-1, as the forward used it: [NZ, T*B, H].
         hz = hz[:, :steps].reshape(hz.shape[0], steps * batch, hidden).to(op_dtype)
-        if per_gate:  # untied: gate g saw h * z_h^g, so dW_g and dh_0 are per-gate products
-            dg4 = dg_op.view(steps, batch, GATES, hidden)
+        if per_gate:  # untied: gate g saw h * z_h^g, so dW_g is a per-gate product
             # One batched GEMM over the gates, dW_g = dgates_g^T @ hz_g, on strided views (no copies).
-            dw = torch.bmm(dg4.flatten(0, 1).permute(1, 2, 0), hz)
-            dh0 = torch.einsum("bgk,gkj->bgj", dg4[0], w.reshape(GATES, hidden, hidden)).float()
-            dh0 = (dh0 * zh).sum(1)
+            dw = torch.bmm(dg_op.view(steps * batch, GATES, hidden).permute(1, 2, 0), hz)
         else:
             dw = dg_op.view(steps * batch, -1).t() @ hz[0]
-            dh0 = (dg_op[0] @ w).float()
-            if has_zh:
-                dh0 = dh0 * zh
+        dh0 = initial_state_grad(dg_op[0], w_op, w_hh, zh if has_zh else None, per_gate, units, op_dtype)
         # x_proj's gradient is dgates, as a [T, B, 4, HP] view (x_proj may be gate-major storage: the product that
         # made it takes the gradient through its strides), in x_proj's dtype: the bf16 copy if the kernels made one.
         d_xproj = (dg_op if dg_op.dtype == xp_dtype else dgates).view(steps, batch, GATES, hidden).to(xp_dtype)
@@ -823,8 +848,8 @@ class _FusedLSTM(torch.autograd.Function):
         dzh = None
         if ctx.needs_input_grad[5]:
             h_prev = torch.cat((h0.unsqueeze(0).to(y.dtype), y[:-1]))
-            dzh = units.unpad(recurrent_mask_grad(dg_op, w, h_prev, zh, per_gate))
-        return (d_xproj, units.unpad(dh0).to(h0_dtype), units.unpad(dc).to(c0_dtype), dw, db, dzh, None, None, None)
+            dzh = units.unpad(recurrent_mask_grad(dg_op, w_op[:, :hidden].to(op_dtype), h_prev, zh, per_gate))
+        return (d_xproj, dh0.to(h0_dtype), units.unpad(dc).to(c0_dtype), dw, db, dzh, None, None, None)
 
 
 def lstm_fused(
@@ -837,17 +862,20 @@ def lstm_fused(
     if not kernels_or_fallback(x.device, "vdrnn.fused"):
         return lstm_reference(x, state, params, masks)
     w_ih, w_hh, b_ih, b_hh = params
-    x_proj = input_product(x, w_ih, b_ih, masks, GATES, _Units(w_hh.shape[1]).padded)
+    # b_ih joins b_hh in the kernels' sum (every LSTM gate adds both): the input product runs without a bias to
+    # broadcast into its output, and the kernels' db_hh serves both biases (no second sum over T*B rows).
+    x_proj = input_product(x, w_ih, None, masks, GATES, _Units(w_hh.shape[1]).padded)
+    bias = b_ih + b_hh
     h0, c0 = state
     zh = masks.h if masks.h is not None and (masks.h.dim() == 2 or masks.per_gate) else None
     if masks.h is not None and zh is None:
         raise ValueError("a [B, G, H] recurrent mask needs masks.per_gate=True")
     op_dtype = _op_dtype(x.device)
-    tensors = (x_proj, h0, c0, w_hh, b_hh)
+    tensors = (x_proj, h0, c0, w_hh, bias)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        y, h_t, c_t = _FusedLSTM.apply(x_proj, h0, c0, w_hh, b_hh, zh, masks.c, masks.c_scale, op_dtype)
+        y, h_t, c_t = _FusedLSTM.apply(x_proj, h0, c0, w_hh, bias, zh, masks.c, masks.c_scale, op_dtype)
         return y, (h_t, c_t)
     # Inference (e.g. MC dropout evaluation): the same kernels, nothing saved for backward.
-    units, *_, (y, h_last, cs, _, _) = _padded_forward(x_proj, h0, c0, w_hh, b_hh, zh, masks.c, masks.c_scale,
+    units, *_, (y, h_last, cs, _, _) = _padded_forward(x_proj, h0, c0, w_hh, bias, zh, masks.c, masks.c_scale,
                                                        op_dtype, save_acts=False)
     return units.unpad(y), (units.unpad(h_last), units.unpad(cs[-1]))

@@ -46,6 +46,7 @@ from vdrnn.fused import (
     _precision,
     _stored_dtype,
     _Units,
+    initial_state_grad,
     input_product,
     kernels_or_fallback,
     recurrent_mask_grad,
@@ -306,7 +307,7 @@ class _FusedGRU(torch.autograd.Function):
         # From here on the kernels' HP units; the results are sliced back to H on the way out.
         units, plan, w_op, margs, (y, hs, acts, hz) = _padded_forward(x_proj, h0, w_hh, b_hh, zh, op_dtype,
                                                                       save_acts=True)
-        ctx.save_for_backward(w_op, hs, hz, acts, margs[0])
+        ctx.save_for_backward(w_op, w_hh, hs, hz, acts, margs[0])
         ctx.margs = margs[1:]
         ctx.plan = plan
         ctx.units = units
@@ -324,7 +325,7 @@ class _FusedGRU(torch.autograd.Function):
     @staticmethod
     def _backward(ctx, dy, dh_t):
         _, bwd = _build_kernels()
-        w_op, hs, hz, acts, zh = ctx.saved_tensors
+        w_op, w_hh, hs, hz, acts, zh = ctx.saved_tensors
         szb, szg, has_zh, per_gate = ctx.margs
         plan, units = ctx.plan, ctx.units
         xp_dtype, h0_dtype, w_dtype, b_dtype = ctx.dtypes
@@ -353,21 +354,16 @@ class _FusedGRU(torch.autograd.Function):
                 K_CHUNK=plan.chunk_b, KS=plan.ks, num_warps=fused.NUM_WARPS, num_stages=plan.stages_b,
             )
         # Whole-sequence products, one library call each. da = the gradients of the recurrent products.
-        w = w_op[:, :hidden].to(op_dtype)
         # Each step's operand, h_{t-1} masked, for t = 0..T-1, as the forward used it: [NZ, T*B, H].
         hz = hz[:, :steps].reshape(hz.shape[0], steps * batch, hidden).to(op_dtype)
         da = dgo[..., :three_h]
-        if per_gate:  # untied: gate g saw h * z_h^g, so dW_g and dh_0 are per-gate products
+        if per_gate:  # untied: gate g saw h * z_h^g, so dW_g is a per-gate product
             da3 = da.unflatten(-1, (GRU_GATES, hidden))
             dw = torch.bmm(da3.flatten(0, 1).permute(1, 2, 0), hz)  # dW_g = da_g^T @ hz_g, on strided views
-            dh0 = torch.einsum("bgk,gkj->bgj", da3[0], w.reshape(GRU_GATES, hidden, hidden)).float()
-            dh0 = (dh0 * zh).sum(1)
         else:
             dw = da.reshape(steps * batch, three_h).t() @ hz[0]
-            dh0 = (da[0] @ w).float()
-            if has_zh:
-                dh0 = dh0 * zh
-        dh0 = dh0 + carry  # the part through z_0 * h_0
+        dh0 = initial_state_grad(da[0], w_op, w_hh, zh if has_zh else None, per_gate, units, op_dtype)
+        dh0 = dh0 + units.unpad(carry)  # the part through z_0 * h_0
         # x_proj's n part is not scaled by r: its gradient is dn_pre, not da_n.
         d_xproj = torch.cat((dg[..., :2 * hidden], dg[..., three_h:]), dim=-1).unflatten(-1, (GRU_GATES, hidden))
         d_xproj = d_xproj.to(xp_dtype)
@@ -375,8 +371,8 @@ class _FusedGRU(torch.autograd.Function):
         dw = units.unpad_weight(dw.reshape(three_h, hidden), GRU_GATES).to(w_dtype)
         dzh = None
         if ctx.needs_input_grad[4]:
-            dzh = units.unpad(recurrent_mask_grad(da, w, hs[:steps], zh, per_gate))
-        return d_xproj, units.unpad(dh0).to(h0_dtype), dw, db, dzh, None
+            dzh = units.unpad(recurrent_mask_grad(da, w_op[:, :hidden].to(op_dtype), hs[:steps], zh, per_gate))
+        return d_xproj, dh0.to(h0_dtype), dw, db, dzh, None
 
 
 def gru_fused(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...],

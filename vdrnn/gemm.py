@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 ALIGNED_DEVICES = ("cuda",)  # tests add "cpu" to run the padded products where they can compare them
 ROW_BYTES = 16
@@ -41,9 +42,9 @@ def pad_last(t: torch.Tensor, pad: int) -> torch.Tensor:
 
 
 def pads_output(rows: int, weight: torch.Tensor, dtype: torch.dtype, pad_in: int) -> bool:
-    """Should a product whose output gains dead units pad that output after the product, rather than the weight's rows
-    before it? Where nothing else copies the weight (its own dtype, inputs aligned) and the output has fewer rows than
-    the weight has columns (a training step's 700 rows against 1500 inputs): that copy is the smaller, and the weight's
+    """Should ``linear`` pad an output that gains dead units after the product, rather than the weight's rows before
+    it? Where nothing else copies the weight (its own dtype, inputs aligned) and the output has fewer rows than the
+    weight has columns (a training step's 700 tokens against 1500 inputs): that copy is the smaller, and the weight's
     gradient comes out of its product whole instead of sliced from a padded one and copied (the 1500-unit fp32 step
     4.11 against 4.19 ms tied, one H200). At MC evaluation's 35,000 rows the weight's padding wins."""
     return not pad_in and dtype == weight.dtype and rows < weight.shape[1]
@@ -83,31 +84,79 @@ def per_gate_linear(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     """Gal's untied input product, W_g (v * z_g) + b_g for every gate g: v [..., B, D], weight [G*H, D], mask [B, G, D]
     -> [..., B, G, units], each gate's H outputs followed by ``units - H`` zeros (the fused kernels' dead units).
 
-    The result is a view of gate-major storage [G, ..., B, units]: the masked copies of v are written gate-major and
-    the gates' products run as one batched GEMM, so that neither they nor their gradients need a transposing copy
-    (the einsum over [..., B, G, D] it replaces made those copies); the kernels read x_proj through its strides. D is
-    zero-padded like ``linear``'s. v * z is rounded to the product's dtype once, as F.linear under autocast rounds the
-    reference's.
+    The result is a view of gate-major storage [G, ..., B, units], which the kernels read through its strides; how it
+    is made, and why, is :class:`_PerGateLinear`'s.
     """
-    gates = mask.shape[-2]
-    hidden, inputs = weight.shape[0] // gates, weight.shape[1]
-    dtype = product_dtype(weight)
-    pad_in = padding(inputs, dtype, v.device)
-    # [G, B, D'], contiguous (a few KB), so that v * z is laid out [G, ..., B, D'] and flattens without a copy.
-    z = pad_last(mask.movedim(-2, 0), pad_in).contiguous()
-    z = z.view(gates, *[1] * (v.dim() - 2), *z.shape[1:])  # broadcast over v's leading (time) dimensions
-    masked = (pad_last(v, pad_in).unsqueeze(0) * z).to(dtype).flatten(1, -2)  # [G, N, D'], N = v's rows
-    # The kernels' dead units: zero rows of the weight and bias, or zeros appended to the output after the product.
-    pad_out = pads_output(masked.shape[1], weight, dtype, pad_in)
-    dead_rows = 0 if pad_out else units - hidden
-    weight = weight.to(dtype).view(gates, hidden, inputs)
-    if not pad_out:
-        weight = F.pad(weight, (0, pad_in, 0, dead_rows))  # [G, units, D']
-    if bias is None:
-        out = torch.bmm(masked, weight.transpose(1, 2))
-    else:
-        bias = pad_last(bias.view(gates, 1, hidden), dead_rows).to(dtype)
-        out = torch.baddbmm(bias, masked, weight.transpose(1, 2))
-    if pad_out:
-        out = pad_last(out, units - hidden)
+    out = _PerGateLinear.apply(v, weight, bias, mask, units)  # [G, N, units], N = v's rows
     return out.unflatten(1, v.shape[:-1]).movedim(0, -2)
+
+
+class _PerGateLinear(torch.autograd.Function):
+    """The gates' products as one batched GEMM over gate-major operands, differentiable in v, W, b and the mask (a
+    learned one: Kingma's adaptive Gaussian dropout).
+
+    Forward: the masked copies of v are written gate-major, [G, N, D'] (D zero-padded like ``linear``'s), and rounded
+    to the product's dtype once, as F.linear under autocast rounds the reference's. The GEMM writes its rows straight
+    into the [G, N, units] result (cuBLAS takes its row stride): each gate's H outputs where H values are whole 16-byte
+    rows (fp32 at 1500 units), so that neither the weight nor the output is padded by a copy and only the dead columns
+    are zeroed; else all ``units``, the weight's rows zero-padded, because a misaligned N or K sends cuBLAS to its slow
+    kernels (bf16 at 1500 units: 146 instead of 80 us a product, one H200).
+
+    Backward, with d the output's gradient in the columns the GEMM wrote:
+    - dv = sum_g z_g * (d_g W_g), the gates' gradients summed in fp32 as they are multiplied by their masks;
+    - dW_g = d_g^T (v * z_g), written [G, H, D'], which is W's own layout [G*H, D]: autograd's bmm backward made
+      it [G, D', H] and a 36 MB transposing copy per 1500-unit layer to give it back;
+    - db_g = sum over rows of d_g; dz_g = sum over time of (d_g W_g) * v, when the mask is learned.
+    All read the output's gradient through its strides (the kernels hand it over [T, B, G, units], no copy).
+    """
+
+    @staticmethod
+    def forward(ctx, v, weight, bias, mask, units):
+        gates = mask.shape[-2]
+        hidden, inputs = weight.shape[0] // gates, weight.shape[1]
+        dtype = product_dtype(weight)
+        pad_in = padding(inputs, dtype, v.device)
+        # [G, B, D'], contiguous (a few KB), so that v * z is laid out [G, ..., B, D'] and flattens without a copy.
+        z = pad_last(mask.movedim(-2, 0), pad_in).contiguous()
+        z = z.view(gates, *[1] * (v.dim() - 2), *z.shape[1:])  # broadcast over v's leading (time) dimensions
+        v_padded = pad_last(v, pad_in)
+        masked = (v_padded.unsqueeze(0) * z).to(dtype).flatten(1, -2)  # [G, N, D']
+        rows = units if padding(hidden, dtype, v.device) else hidden  # the GEMM's output rows per gate
+        w = weight.to(dtype).view(gates, hidden, inputs)
+        if pad_in or rows > hidden:
+            w = F.pad(w, (0, pad_in, 0, rows - hidden))  # [G, rows, D']
+        out = torch.empty(gates, masked.shape[1], units, device=v.device, dtype=dtype)
+        out[..., rows:].zero_()
+        with torch.autocast(v.device.type, enabled=False):  # the operands are in the product's dtype already
+            if bias is None:
+                torch.bmm(masked, w.transpose(1, 2), out=out[..., :rows])
+            else:
+                b = pad_last(bias.view(gates, 1, hidden), rows - hidden).to(dtype)
+                torch.baddbmm(b, masked, w.transpose(1, 2), out=out[..., :rows])
+        ctx.save_for_backward(masked, w, z, v_padded if ctx.needs_input_grad[3] else None)
+        ctx.shapes = (v.shape, v.dtype, hidden, inputs, weight.dtype, None if bias is None else bias.dtype,
+                      mask.shape, mask.dtype)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_out):
+        masked, w, z, v_padded = ctx.saved_tensors
+        v_shape, v_dtype, hidden, inputs, w_dtype, b_dtype, mask_shape, mask_dtype = ctx.shapes
+        gates, rows = w.shape[:2]
+        d = d_out[..., :rows]  # the columns the GEMM wrote; the rest are dead units
+        dv = dw = db = dmask = None
+        with torch.autocast(d_out.device.type, enabled=False):  # a CPU backward runs on the caller's thread
+            if ctx.needs_input_grad[0] or ctx.needs_input_grad[3]:
+                d_masked = torch.bmm(d, w).view(gates, *v_shape[:-1], -1)  # [G, ..., B, D']
+                if ctx.needs_input_grad[0]:
+                    dv = (d_masked * z).sum(0)[..., :inputs].to(v_dtype)
+                if ctx.needs_input_grad[3]:
+                    dz = (d_masked * v_padded).sum_to_size(z.shape).flatten(1, -2)  # [G, B, D']
+                    dmask = dz[..., :inputs].movedim(0, -2).sum_to_size(mask_shape).to(mask_dtype)
+            if ctx.needs_input_grad[1]:
+                dw = torch.bmm(d.transpose(1, 2), masked)[:, :hidden, :inputs].reshape(gates * hidden, inputs)
+                dw = dw.to(w_dtype)
+            if ctx.needs_input_grad[2]:
+                db = d.sum(1)[:, :hidden].flatten().to(b_dtype)
+        return dv, dw, db, dmask, None
