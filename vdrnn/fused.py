@@ -863,7 +863,7 @@ def lstm_fused(
         return lstm_reference(x, state, params, masks)
     w_ih, w_hh, b_ih, b_hh = params
     # b_ih joins b_hh in the kernels' sum (every LSTM gate adds both): the input product runs without a bias to
-    # broadcast into its output, and the kernels' db_hh serves both biases (no second sum over T*B rows).
+    # broadcast into its output, and the kernels' db serves both biases (no second sum over T*B rows).
     x_proj = input_product(x, w_ih, None, masks, GATES, _Units(w_hh.shape[1]).padded)
     bias = b_ih + b_hh
     h0, c0 = state
