@@ -152,6 +152,28 @@ def test_ieee_fp32_products_keep_fp32_operands(monkeypatch):
     assert packed == [torch.float32]
 
 
+@pytest.mark.parametrize("kind", ["tied", "untied"])
+def test_a_detached_initial_state_gets_no_gradient_product(kind, monkeypatch):
+    """Training carries h_0 over from the batch before, detached: the backward then skips dh_0's product (a read of
+    all of W_hh a layer), and every other gradient is the reference's."""
+    calls = []
+    real = fused.initial_state_grad
+    monkeypatch.setattr(fused, "initial_state_grad", lambda *args: calls.append(1) or real(*args))
+    steps, batch, inputs, hidden = 5, 3, 7, 33
+    x, h0, c0, *params = random_problem(steps, batch, inputs, hidden)
+    h0 = h0.detach()
+    masks = make_masks(kind, steps, batch, inputs, hidden)
+
+    def grads(fn):
+        y, (h, c) = fn(x, (h0, c0), tuple(params), masks)
+        return torch.autograd.grad(y.sum() + h.sum() + c.sum(), [x, c0, *params])
+
+    got = grads(lstm_fused)
+    assert calls == []
+    for g, r in zip(got, grads(lstm_reference), strict=True):
+        assert rel(g, r) < FP32_TOL
+
+
 def with_learned_masks(masks: LayerMasks) -> tuple[LayerMasks, list[torch.Tensor]]:
     """The masks as leaves that want gradients, as learned Gaussian noise (dropout.learn_alpha) makes them."""
     x, h = (m.clone().requires_grad_() for m in (masks.x, masks.h))

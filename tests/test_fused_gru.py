@@ -106,6 +106,28 @@ def test_fused_gru_with_aligned_products_matches_reference(kind, monkeypatch):
     compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind)
 
 
+@pytest.mark.parametrize("kind", ["tied", "untied"])
+def test_fused_gru_skips_the_product_for_a_detached_initial_state(kind, monkeypatch):
+    """As the LSTM's: with h_0 detached (training's carried state) no dh_0 product runs, and the other gradients are
+    the reference's."""
+    calls = []
+    real = fused_gru.initial_state_grad
+    monkeypatch.setattr(fused_gru, "initial_state_grad", lambda *args: calls.append(1) or real(*args))
+    steps, batch, inputs, hidden = 5, 3, 7, 33
+    x, h0, *params = random_problem(steps, batch, inputs, hidden)
+    h0 = h0.detach()
+    masks = make_masks(kind, steps, batch, inputs, hidden)
+
+    def grads(fn):
+        y, h = fn(x, h0, tuple(params), masks)
+        return torch.autograd.grad(y.sum() + h.sum(), [x, *params])
+
+    got = grads(gru_fused)
+    assert calls == []
+    for g, r in zip(got, grads(gru_reference), strict=True):
+        assert rel(g, r) < FP32_TOL
+
+
 @pytest.mark.parametrize("multiple,units", [(1, 13), (16, 16)])
 @pytest.mark.parametrize("kind", ["tied", "untied"])
 def test_fused_gru_dead_units_change_nothing(kind, multiple, units, monkeypatch):

@@ -839,7 +839,10 @@ class _FusedLSTM(torch.autograd.Function):
             dw = torch.bmm(dg_op.view(steps * batch, GATES, hidden).permute(1, 2, 0), hz)
         else:
             dw = dg_op.view(steps * batch, -1).t() @ hz[0]
-        dh0 = initial_state_grad(dg_op[0], w_op, w_hh, zh if has_zh else None, per_gate, units, op_dtype)
+        dh0 = None
+        if ctx.needs_input_grad[1]:  # not in training: h_0 is the state carried from the batch before, detached
+            dh0 = initial_state_grad(dg_op[0], w_op, w_hh, zh if has_zh else None, per_gate, units, op_dtype)
+            dh0 = dh0.to(h0_dtype)
         # x_proj's gradient is dgates, as a [T, B, 4, HP] view (x_proj may be gate-major storage: the product that
         # made it takes the gradient through its strides), in x_proj's dtype: the bf16 copy if the kernels made one.
         d_xproj = (dg_op if dg_op.dtype == xp_dtype else dgates).view(steps, batch, GATES, hidden).to(xp_dtype)
@@ -849,7 +852,7 @@ class _FusedLSTM(torch.autograd.Function):
         if ctx.needs_input_grad[5]:
             h_prev = torch.cat((h0.unsqueeze(0).to(y.dtype), y[:-1]))
             dzh = units.unpad(recurrent_mask_grad(dg_op, w_op[:, :hidden].to(op_dtype), h_prev, zh, per_gate))
-        return (d_xproj, dh0.to(h0_dtype), units.unpad(dc).to(c0_dtype), dw, db, dzh, None, None, None)
+        return (d_xproj, dh0, units.unpad(dc).to(c0_dtype), dw, db, dzh, None, None, None)
 
 
 def lstm_fused(

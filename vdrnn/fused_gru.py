@@ -362,8 +362,10 @@ class _FusedGRU(torch.autograd.Function):
             dw = torch.bmm(da3.flatten(0, 1).permute(1, 2, 0), hz)  # dW_g = da_g^T @ hz_g, on strided views
         else:
             dw = da.reshape(steps * batch, three_h).t() @ hz[0]
-        dh0 = initial_state_grad(da[0], w_op, w_hh, zh if has_zh else None, per_gate, units, op_dtype)
-        dh0 = dh0 + units.unpad(carry)  # the part through z_0 * h_0
+        dh0 = None
+        if ctx.needs_input_grad[1]:  # not in training: h_0 is the state carried from the batch before, detached
+            dh0 = initial_state_grad(da[0], w_op, w_hh, zh if has_zh else None, per_gate, units, op_dtype)
+            dh0 = (dh0 + units.unpad(carry)).to(h0_dtype)  # carry: the part through z_0 * h_0
         # x_proj's n part is not scaled by r: its gradient is dn_pre, not da_n.
         d_xproj = torch.cat((dg[..., :2 * hidden], dg[..., three_h:]), dim=-1).unflatten(-1, (GRU_GATES, hidden))
         d_xproj = d_xproj.to(xp_dtype)
@@ -372,7 +374,7 @@ class _FusedGRU(torch.autograd.Function):
         dzh = None
         if ctx.needs_input_grad[4]:
             dzh = units.unpad(recurrent_mask_grad(da, w_op[:, :hidden].to(op_dtype), hs[:steps], zh, per_gate))
-        return d_xproj, dh0.to(h0_dtype), dw, db, dzh, None
+        return d_xproj, dh0, dw, db, dzh, None
 
 
 def gru_fused(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...],
