@@ -233,6 +233,38 @@ def test_gaussian_scheme_takes_the_variational_sites_only():
     assert DropoutConfig(scheme="gaussian", locked_mask="batch").locked_mask == "batch"
 
 
+@pytest.mark.parametrize("name, noise, words_are_bernoulli", [
+    ("gaussian", "bernoulli", True), ("variational", "gaussian", False), ("moon", "gaussian", False)])
+def test_embedding_noise_changes_the_word_type_masks_only(name, noise, words_are_bernoulli):
+    # dropout.embedding_noise draws the word types from the other distribution: one draw per (sequence, word
+    # type) as before, with p's mean 1 and variance p/(1-p); the layer masks keep the scheme's own noise.
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 50, (T, 4000))
+    layer_sites = {} if name == "moon" else {"input": 0.5, "recurrent": 0.5}
+    s = scheme(name, embedding=0.3, embedding_noise=noise, **layer_sites)
+    words = word_mask(s, tokens, 50)
+    assert all(words[tokens[:, b] == w, b].unique().numel() == 1 for b in range(3) for w in tokens[:, b].unique())
+    table = s.word_type_table(4000, 50, tokens)
+    assert table.mean().item() == pytest.approx(1.0, abs=0.02)
+    assert table.var().item() == pytest.approx(0.3 / 0.7, rel=0.05)
+    if words_are_bernoulli:
+        assert table.unique().tolist() == pytest.approx([0.0, 1 / 0.7])
+    else:
+        assert table.unique().numel() > 1000
+    if layer_sites:
+        x_mask = s.layer_masks(x_input(), H, GATES).x
+        assert (x_mask.unique().numel() > 2) == (name == "gaussian")  # the scheme's own noise, as without the option
+
+
+def test_embedding_noise_needs_word_types_and_a_known_distribution():
+    with pytest.raises(ConfigError, match="embedding_noise='uniform'; choose `bernoulli`"):
+        DropoutConfig(scheme="gaussian", embedding=0.5, embedding_noise="uniform")
+    with pytest.raises(ConfigError, match="dropout.embedding=0 draws none"):
+        DropoutConfig(scheme="gaussian", input=0.5, embedding_noise="bernoulli")
+    with pytest.raises(ConfigError, match="not used by scheme 'zaremba'"):
+        DropoutConfig(scheme="zaremba", embedding=0.5, embedding_noise="bernoulli")
+
+
 # ---------------------------------------------------------------------------- modes
 def lm(name="variational", **p):
     torch.manual_seed(0)

@@ -28,6 +28,9 @@ masks of ``variational``, ``gaussian`` and ``awd`` (:class:`AWDDropout`) are dra
 by its sequences: 1 x D (1 x G x D untied) instead of B x D (B x G x D). AWD's word types are drawn per
 minibatch in its preset (``dropout.embedding_mask=batch``: one V mask), per sequence otherwise.
 
+``dropout.embedding_noise`` draws the word-type masks from the other distribution (Bernoulli word types under
+Kingma's Gaussian masks, or the reverse); their shape and draws stay the scheme's.
+
 With ``dropout.learn_alpha`` the Gaussian scheme learns each masked unit's variance alpha (Kingma's adaptive
 variational dropout, :class:`NoiseScales`); the masks keep their shapes and draws.
 
@@ -49,6 +52,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -104,6 +108,9 @@ class DropoutConfig:
     ``cell_scale`` says where Moon's 1/(1-p) goes (see :class:`MoonDropout`).
     ``learn_alpha`` (Gaussian scheme only) learns the noise variance of the layer-input, recurrent and output
     masks, unit by unit, with Kingma's KL term weighted by ``kl_weight`` (see :class:`NoiseScales`).
+    ``embedding_noise`` draws the word-type masks from another distribution than the scheme's own (None):
+    ``bernoulli`` drops whole word types (Gal sec. 4.1) under Kingma's Gaussian scheme, whose word types are
+    otherwise scaled by N(1, alpha) and never dropped; ``gaussian`` scales them under a Bernoulli scheme.
     """
 
     scheme: str = "none"
@@ -120,12 +127,14 @@ class DropoutConfig:
     per_gate: bool = False
     learn_alpha: bool = False
     kl_weight: float = 1.0
+    embedding_noise: str | None = None
 
     # Derived from SCHEME_SPECS: the sites each scheme drives, and the schemes with per-gate masks.
     ALLOWED = {name: spec.sites for name, spec in SCHEME_SPECS.items()}
     SITES = ("embedding", "input", "hidden", "recurrent", "output", "cell", "weight")
     PER_GATE_SCHEMES = tuple(name for name, spec in SCHEME_SPECS.items() if spec.per_gate)
     LEARNED_SITES = ("input", "hidden", "recurrent", "output")  # the sites whose alpha learn_alpha learns
+    EMBEDDING_NOISES = ("bernoulli", "gaussian")
     # Schemes that read each mask granularity; elsewhere a non-default one would silently do nothing.
     # Only Gal's (Bernoulli or Gaussian) and AWD's layers draw fixed-over-time masks through ``locked_mask``
     # (Moon's cell mask is always one per sample); word-type masks exist only where the embedding site does.
@@ -164,6 +173,13 @@ class DropoutConfig:
         if self.cell_scale != "h" and self.scheme != "moon":
             raise ConfigError(f"dropout.cell_scale={self.cell_scale} only applies to `dropout=moon` (it places "
                               f"Moon's 1/(1-p)); drop the override or pick the Moon scheme")
+        if self.embedding_noise is not None:
+            if self.embedding_noise not in self.EMBEDDING_NOISES:
+                raise ConfigError(f"dropout.embedding_noise={self.embedding_noise!r}; choose `bernoulli` (drop whole "
+                                  f"word types), `gaussian` (scale them by N(1, p/(1-p))) or null (the scheme's own)")
+            if not self.embedding:
+                raise ConfigError(f"dropout.embedding_noise={self.embedding_noise} draws the word-type masks, and "
+                                  f"dropout.embedding=0 draws none: set dropout.embedding (e.g. 0.5) or drop the override")
         if self.learn_alpha and self.scheme != "gaussian":
             raise ConfigError(f"dropout.learn_alpha=true learns the variance of Gaussian masks; scheme {self.scheme!r} "
                               f"has none. Use `dropout=gaussian` (or `gaussian_untied`) or drop the override")
@@ -279,6 +295,14 @@ class DropoutScheme:
     # Masks fixed over time can be kept across minibatches (MC over a whole stream, Gal's protocol);
     # masks drawn fresh at every step (Zaremba) cannot.
     locked = True
+    # What one mask entry is; GaussianDropout changes only this. (ClassVar: not a dataclass field.)
+    noise: ClassVar[Noise] = staticmethod(bernoulli_mask)
+
+    @property
+    def word_noise(self) -> Noise:
+        """What one word-type mask entry is: the scheme's ``noise`` unless ``dropout.embedding_noise`` says."""
+        choice = self.config.embedding_noise
+        return self.noise if choice is None else {"bernoulli": bernoulli_mask, "gaussian": gaussian_mask}[choice]
 
     def word_type_table(self, batch: int, vocab_size: int, like: torch.Tensor) -> torch.Tensor | None:
         """One draw per word type: [B, V] (per sequence) or [1, V] (shared by the batch), or None."""
@@ -313,7 +337,7 @@ class DropoutScheme:
 
 
 def _word_type_table(batch: int, vocab_size: int, p: float, granularity: str, like: torch.Tensor,
-                     noise: Noise = bernoulli_mask) -> torch.Tensor | None:
+                     noise: Noise) -> torch.Tensor | None:
     # One draw per (sequence, word type): every occurrence of a word in a sequence is dropped (or scaled)
     # together (Gal sec. 4.1, and the fix in Gal's README that tied masks per word). With granularity
     # "batch" one draw per word type serves every sequence of the minibatch (AWD).
@@ -387,7 +411,8 @@ class MoonDropout(DropoutScheme):
     """
 
     def word_type_table(self, batch, vocab_size, like):
-        return _word_type_table(batch, vocab_size, self.config.embedding, self.config.embedding_mask, like)
+        return _word_type_table(batch, vocab_size, self.config.embedding, self.config.embedding_mask, like,
+                                self.word_noise)
 
     def layer_masks(self, x, hidden_size, gates, layer=0):
         p = self.config.cell
@@ -415,10 +440,9 @@ class VariationalDropout(DropoutScheme):
     the embedding output (layer 1) or on the output of the layer below.
     """
 
-    noise: Noise = staticmethod(bernoulli_mask)  # what one mask entry is; GaussianDropout changes only this
-
     def word_type_table(self, batch, vocab_size, like):
-        return _word_type_table(batch, vocab_size, self.config.embedding, self.config.embedding_mask, like, self.noise)
+        return _word_type_table(batch, vocab_size, self.config.embedding, self.config.embedding_mask, like,
+                                self.word_noise)
 
     def layer_masks(self, x, hidden_size, gates, layer=0):
         cfg = self.config
@@ -445,7 +469,8 @@ class GaussianDropout(VariationalDropout):
     :class:`VariationalDropout`'s: tied gates [i; f; g; o] = W [x_t * xi_x ; h_{t-1} * xi_h] + b with xi_x [B, D]
     and xi_h [B, H] **drawn once per sample per minibatch and reused at every time step**; untied gates
     (``cell.gates=untied``) draw [B, G, D] and [B, G, H], G the cell's gates; word types get one draw per type
-    per sequence, the output one [B, H] draw; with ``dropout.locked_mask=batch`` the fixed-over-time masks are
+    per sequence (with ``dropout.embedding_noise=bernoulli`` a Bernoulli one, dropping whole word types as Gal's
+    scheme does, while every other mask stays Gaussian), the output one [B, H] draw; with ``dropout.locked_mask=batch`` the fixed-over-time masks are
     [1, D] ([1, G, D]), one shared by the batch. Evaluation: weight scaling (``eval=scale``) sets xi = 1 = E[xi];
     MC (``eval=mc``) draws fresh xi per sample.
 
@@ -465,7 +490,7 @@ class GaussianDropout(VariationalDropout):
     recurrence the weights would not stay one sample over the sequence, which is Gal's point.
     """
 
-    noise: Noise = staticmethod(gaussian_mask)
+    noise: ClassVar[Noise] = staticmethod(gaussian_mask)
     scales: NoiseScales | None = None  # set by noise_scales() when alpha is learned
 
     def noise_scales(self, layers, outputs):
@@ -518,7 +543,8 @@ class NoiseScales(nn.Module):
     ``output`` (the last layer's output, [H]). Each starts at log(p / (1 - p)) of its site's ``dropout.*`` and
     is kept <= 0 (alpha <= 1, p <= 0.5, Kingma's constraint: larger alpha makes the gradients' variance blow up
     and leaves the KL fit's range) by :meth:`clamp_` after every update; so large p start at alpha = 1. A site
-    with p = 0 has no noise and learns none; word-type masks keep the fixed alpha of ``dropout.embedding``.
+    with p = 0 has no noise and learns none; word-type masks keep the fixed alpha of ``dropout.embedding`` (or
+    are Bernoulli, with ``dropout.embedding_noise=bernoulli``).
 
     Masks: xi = 1 + sqrt(alpha) * eps, eps ~ N(0, 1), with the shapes and draws of :class:`GaussianDropout`
     (per sample, or per batch with ``locked_mask=batch``; fixed over the sequence). Being a differentiable
