@@ -134,7 +134,6 @@ class DropoutConfig:
     SITES = ("embedding", "input", "hidden", "recurrent", "output", "cell", "weight")
     PER_GATE_SCHEMES = tuple(name for name, spec in SCHEME_SPECS.items() if spec.per_gate)
     LEARNED_SITES = ("input", "hidden", "recurrent", "output")  # the sites whose alpha learn_alpha learns
-    EMBEDDING_NOISES = ("bernoulli", "gaussian")
     # Schemes that read each mask granularity; elsewhere a non-default one would silently do nothing.
     # Only Gal's (Bernoulli or Gaussian) and AWD's layers draw fixed-over-time masks through ``locked_mask``
     # (Moon's cell mask is always one per sample); word-type masks exist only where the embedding site does.
@@ -174,12 +173,13 @@ class DropoutConfig:
             raise ConfigError(f"dropout.cell_scale={self.cell_scale} only applies to `dropout=moon` (it places "
                               f"Moon's 1/(1-p)); drop the override or pick the Moon scheme")
         if self.embedding_noise is not None:
-            if self.embedding_noise not in self.EMBEDDING_NOISES:
+            if self.embedding_noise not in NOISES:
                 raise ConfigError(f"dropout.embedding_noise={self.embedding_noise!r}; choose `bernoulli` (drop whole "
                                   f"word types), `gaussian` (scale them by N(1, p/(1-p))) or null (the scheme's own)")
             if not self.embedding:
                 raise ConfigError(f"dropout.embedding_noise={self.embedding_noise} draws the word-type masks, and "
-                                  f"dropout.embedding=0 draws none: set dropout.embedding (e.g. 0.5) or drop the override")
+                                  f"dropout.embedding=0 draws none: set dropout.embedding (e.g. 0.5) or drop the "
+                                  f"override")
         if self.learn_alpha and self.scheme != "gaussian":
             raise ConfigError(f"dropout.learn_alpha=true learns the variance of Gaussian masks; scheme {self.scheme!r} "
                               f"has none. Use `dropout=gaussian` (or `gaussian_untied`) or drop the override")
@@ -248,6 +248,7 @@ def gaussian_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch
 
 
 Noise = Callable[[tuple[int, ...], float, torch.Tensor], torch.Tensor]
+NOISES: dict[str, Noise] = {"bernoulli": bernoulli_mask, "gaussian": gaussian_mask}  # by dropout.embedding_noise
 
 
 @dataclass
@@ -302,7 +303,7 @@ class DropoutScheme:
     def word_noise(self) -> Noise:
         """What one word-type mask entry is: the scheme's ``noise`` unless ``dropout.embedding_noise`` says."""
         choice = self.config.embedding_noise
-        return self.noise if choice is None else {"bernoulli": bernoulli_mask, "gaussian": gaussian_mask}[choice]
+        return self.noise if choice is None else NOISES[choice]
 
     def word_type_table(self, batch: int, vocab_size: int, like: torch.Tensor) -> torch.Tensor | None:
         """One draw per word type: [B, V] (per sequence) or [1, V] (shared by the batch), or None."""
@@ -470,9 +471,9 @@ class GaussianDropout(VariationalDropout):
     and xi_h [B, H] **drawn once per sample per minibatch and reused at every time step**; untied gates
     (``cell.gates=untied``) draw [B, G, D] and [B, G, H], G the cell's gates; word types get one draw per type
     per sequence (with ``dropout.embedding_noise=bernoulli`` a Bernoulli one, dropping whole word types as Gal's
-    scheme does, while every other mask stays Gaussian), the output one [B, H] draw; with ``dropout.locked_mask=batch`` the fixed-over-time masks are
-    [1, D] ([1, G, D]), one shared by the batch. Evaluation: weight scaling (``eval=scale``) sets xi = 1 = E[xi];
-    MC (``eval=mc``) draws fresh xi per sample.
+    scheme does, while every other mask stays Gaussian), the output one [B, H] draw; with
+    ``dropout.locked_mask=batch`` the fixed-over-time masks are [1, D] ([1, G, D]), one shared by the batch.
+    Evaluation: weight scaling (``eval=scale``) sets xi = 1 = E[xi]; MC (``eval=mc``) draws fresh xi per sample.
 
     Why this is Kingma's variational dropout. Multiplying the inputs a of a linear map B = (a * xi) W by
     xi ~ N(1, alpha) is the same as sampling each row w_i of W as xi_i * w_i, one noise variable per row (a
