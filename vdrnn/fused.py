@@ -455,8 +455,9 @@ class _Plan:
     At batch 20 there are only H / BLOCK_H blocks of output (41 at H=650): without splitting the
     reduction most SMs would idle while a few stream all of W_hh through long loops. ``gates``,
     ``operands`` (1, or one masked copy of h per gate for untied masks) and ``op_bytes`` (the size of the
-    stored operands' dtype, ``_stored_dtype``) say how much shared memory a stage of the forward loop takes; ``one_gate_kernel``, that
-    the forward kernel can run one gate per program (the LSTM's), which the plan then decides.
+    stored operands' dtype, ``_stored_dtype``) say how much shared memory a stage of the forward loop takes;
+    ``one_gate_kernel``, that the forward kernel can run one gate per program (the LSTM's), which the plan then
+    decides.
     """
 
     def __init__(self, batch: int, hidden: int, device: torch.device, gates: int = GATES, operands: int = 1,
@@ -559,8 +560,8 @@ def _plan_for(x_proj: torch.Tensor, hidden: int, zh: torch.Tensor | None, stored
 
 
 def _pack_weight(w_hh: torch.Tensor, dtype: torch.dtype, plan: _Plan) -> torch.Tensor:
-    """W_hh [G*H, H] in ``dtype`` (``_stored_dtype``'s) as [G*HP, w_cols]: each gate's rows zero-padded to the plan's HP units
-    (:class:`_Units`) and every row to ``plan.w_cols`` columns.
+    """W_hh [G*H, H] in ``dtype`` (``_stored_dtype``'s) as [G*HP, w_cols]: each gate's rows zero-padded to the plan's
+    HP units (:class:`_Units`) and every row to ``plan.w_cols`` columns.
 
     Aligned rows give full-width loads, and the zero tail lets the kernels read whole blocks of a
     row without masking the columns.
@@ -776,7 +777,8 @@ def _op_dtype(device: torch.device) -> torch.dtype:
 
 
 class _FusedLSTM(torch.autograd.Function):
-    """Differentiable in x_proj, h0, c0, w_hh, the bias (b_ih + b_hh), and in the recurrent mask z_h where that is learned."""
+    """Differentiable in x_proj, h0, c0, w_hh, the bias (b_ih + b_hh), and in the recurrent mask z_h where that is
+    learned."""
 
     @staticmethod
     def forward(ctx, x_proj, h0, c0, w_hh, bias, zh, zc, c_scale, op_dtype):
