@@ -1,11 +1,13 @@
 """scripts/reproduce.py on real (tiny) runs: every row's job, spread over GPUs, then the report; a second call
 skips what is finished. And what it refuses or reports: other overrides on the same --root, GPUs that do not
-exist, the deadline, failed jobs and a failed report."""
+exist, the deadline, failed jobs and a failed report; and the GPU and CPU threads each job gets."""
 
 from __future__ import annotations
 
 import csv
 import importlib.util
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +56,7 @@ def test_reproduce_spreads_the_rows_over_gpus_reports_them_and_skips_finished_jo
     # Two GPUs as far as --gpus checks; the jobs, shown CUDA_VISIBLE_DEVICES=0 and 1 on this CPU-only machine,
     # fall back to the CPU.
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.chdir(tmp_path)
     tiny = [a for a in TINY if not a.startswith("model=")]
     args = ["--size", "medium", "--rows", "zaremba", "variational", "--seeds", "1", "--gpus", "0", "1",
@@ -68,9 +71,24 @@ def test_reproduce_spreads_the_rows_over_gpus_reports_them_and_skips_finished_jo
     with open(tmp_path / "report" / "table.csv") as f:
         rows = [(r["row"], r["seeds"]) for r in csv.DictReader(f)]
     assert rows == [("Zaremba et al. 2014", "1"), ("Variational (tied weights)", "1")]
+    # The two jobs ran at once, so each trained with its half of the cores, not a pool the size of the machine.
+    for row in "zaremba", "variational":
+        metrics = json.loads((tmp_path / "runs" / f"medium_{row}" / "seed1" / "metrics.json").read_text())
+        assert metrics["cpu_threads"] == max(1, len(os.sched_getaffinity(0)) // 2)
     # The same overrides again (Hydra's record of them matches): nothing to do.
     assert run_main(script, monkeypatch, *args) is None
     assert "0 job(s) to run" in capsys.readouterr().out
+
+
+def test_each_job_gets_its_gpu_and_its_share_of_the_cores_unless_the_user_set_the_threads(script, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    env = script.job_environment("3", jobs_at_once=16)
+    assert (env["CUDA_VISIBLE_DEVICES"], env["OMP_NUM_THREADS"]) == ("3", "4")
+    assert "CUDA_VISIBLE_DEVICES" not in script.job_environment(None, jobs_at_once=1)
+    assert script.job_environment(None, jobs_at_once=100)["OMP_NUM_THREADS"] == "1"  # at least one each
+    monkeypatch.setenv("OMP_NUM_THREADS", "12")
+    assert script.job_environment("0", jobs_at_once=16)["OMP_NUM_THREADS"] == "12"
 
 
 @pytest.mark.slow

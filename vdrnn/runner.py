@@ -547,6 +547,9 @@ class EpochTrainer:
                              and not self.step_cap_reached() and not self.stopped_early()),
             "wps": sum(r["wps"] for r in records) / len(records) if records else None,
             "device": device_name(self.device),
+            # Beside wps: runs side by side on one host train at very different speeds with their threads shared
+            # out or not (scripts/reproduce.py's job_environment).
+            "cpu_threads": torch.get_num_threads(),
             "smoke": is_smoke(self.raw_config),
             "paper": self.raw_config.get("paper"),
             "config": self.raw_config,
