@@ -101,14 +101,15 @@ def job_environment(device: str | None, jobs_at_once: int) -> dict[str, str]:
     keeps this process's) and its share of the CPU cores among ``jobs_at_once`` jobs as OMP_NUM_THREADS, unless that
     is set already (then it is the user's choice and every job keeps it).
 
-    Why the share: torch sizes each process's thread pool to the whole machine, and jobs side by side then run
-    cores x jobs threads whose idle ones spin. Sixteen IMDB runs on a 64-core host with 4 GPUs (four per GPU)
-    trained at a median 134k-136k words/s each with torch's default and 503k-572k with 4 threads each
-    (results/bench/threads/).
+    Why the share: torch sizes each process's thread pool to the whole machine, so jobs side by side run cores x
+    jobs threads on the cores. Sixteen IMDB runs on a 64-core host with 4 GPUs (four per GPU) trained at a median
+    134k-136k words/s each with torch's default and 503k-572k with 4 threads each (results/bench/threads/).
     """
     env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": device} if device is not None else {})}
     if "OMP_NUM_THREADS" not in env:
-        env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // jobs_at_once))
+        # The cores this process may run on (a container's or a Slurm job's share); macOS has no affinity call.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        env["OMP_NUM_THREADS"] = str(max(1, cores // jobs_at_once))
     return env
 
 
