@@ -73,11 +73,33 @@ def test_calibration_table_says_per_run_which_evaluation_is_the_better_calibrate
     with open(tmp_path / "out" / "imdb_calibration.csv") as f:
         lines = {r["run"]: r for r in csv.DictReader(f)}
     assert {run: line["better calibrated"] for run, line in lines.items()} == {
-        "a": "MC", "b": "weight scaling", "c": "neither (interval holds 0)"}
+        "a": "MC", "b": "weight scaling", "c": "neither (interval holds 0)",
+        "mean of 3 seeds": "neither (interval holds 0) across seeds; per run: MC 1, weight scaling 1, neither 1"}
     assert lines["a"]["MC - WS ECE (95% interval)"] == "-0.0120 (-0.0170 to -0.0080)"
+    # Differences -0.012, +0.011, +0.004: mean +0.001, sd 0.01179, so +-4.303 x 0.01179 / sqrt(3) over the seeds.
+    assert lines["mean of 3 seeds"]["MC - WS ECE (95% interval)"] == "+0.0010 (-0.0283 to +0.0303)"
+    assert lines["mean of 3 seeds"]["ECE"] == "0.0107" and lines["mean of 3 seeds"]["MC ECE"] == "0.0117"
     assert lines["a"]["ECE floor"] == "0.0040" and lines["a"]["row"] == "LSTM · variational"
     assert tmp_path / "out" / "imdb_reliability.png" in written and (tmp_path / "out" / "imdb_reliability.png").stat().st_size
     assert "calibration, MC dropout against weight scaling" in text
+
+
+def test_seeds_that_agree_make_one_evaluation_the_better_calibrated_across_seeds_and_one_seed_makes_no_mean(tmp_path):
+    runs = tmp_path / "runs"
+    for seed, ece_mc in ((1, 0.008), (2, 0.009), (3, 0.010)):  # MC 0.010-0.012 below weight scaling's 0.020
+        calibrated_run(runs / f"lstm{seed}", seed, 0.020, ece_mc, [-0.015, -0.005])
+    fake_run(runs / "gru", "imdb", "gru", "variational", "tied", 1, 0.89)
+    metrics = json.loads((runs / "gru" / "metrics.json").read_text())
+    metrics.update({"test_ece_floor": 0.004, "test_ece_floor_mc": 0.004, "test_ece_mc_minus_ws": -0.01,
+                    "test_ece_mc_minus_ws_ci": [-0.02, 0.001]})
+    (runs / "gru" / "metrics.json").write_text(json.dumps(metrics))
+    report.write_report([runs], tmp_path / "out")
+    with open(tmp_path / "out" / "imdb_calibration.csv") as f:
+        lines = [(r["run"], r["MC - WS ECE (95% interval)"], r["better calibrated"]) for r in csv.DictReader(f)]
+    # Mean -0.011, sd 0.001: +-4.303 x 0.001 / sqrt(3) = +-0.0025.
+    assert lines[3:] == [
+        ("mean of 3 seeds", "-0.0110 (-0.0135 to -0.0085)", "MC across seeds; per run: MC 3, weight scaling 0, neither 0"),
+        ("gru", "-0.0100 (-0.0200 to +0.0010)", "neither (interval holds 0)")]
 
 
 def test_the_mc_ece_floor_column_is_the_mc_predictions_floor(tmp_path):

@@ -14,7 +14,8 @@ scaling and MC dropout; and the test error per epoch, one line per scheme and a 
 Gal & Ghahramani's sentiment figures (those curves follow every epoch's weights; the table's numbers
 are the best-validation checkpoint's). IMDB runs evaluated with MC dropout also get a calibration table,
 a line per run (both ECEs, the floor a calibrated predictor would score, the MC - weight scaling
-difference with its 95% interval), and reliability diagrams, a panel per row.
+difference with its 95% interval) and, for a row of several seeds, a line of their means (the difference with a
+95% interval over the seeds), and reliability diagrams, a panel per row.
 """
 
 from __future__ import annotations
@@ -596,16 +597,57 @@ def calibrated_runs(rows: list[SentimentRow]) -> list[tuple[SentimentRow, Path, 
             if "test_ece_mc_minus_ws" in run]
 
 
+# Student's t, 97.5% quantile, for 1-30 degrees of freedom (beyond, the normal's 1.96 is within 0.09).
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def mean_interval(values: list[float]) -> tuple[float, float, float]:
+    """The mean of ``values`` (two or more) with its 95% Student-t interval: (mean, low, high)."""
+    mean = statistics.mean(values)
+    half = T_975[min(len(values) - 1, len(T_975)) - 1] * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def better_calibrated(low: float, high: float) -> str:
+    """Which evaluation a 95% interval of ECE(MC) - ECE(weight scaling) says is the better calibrated."""
+    return "MC" if high < 0 else "weight scaling" if low > 0 else "neither (interval holds 0)"
+
+
+def calibration_line(name: str, label: str, runs: list[dict[str, Any]], difference: float, low: float, high: float,
+                     verdict: str) -> list[str]:
+    """A calibration table line: ``runs``' mean accuracy, ECEs and floors, and the MC - weight scaling difference."""
+    def mean(key: str) -> float:
+        return statistics.mean(run[key] for run in runs)
+
+    return [name, label, f"{100 * mean('test_accuracy'):.2f}", f"{mean('test_ece'):.4f}", f"{mean('test_ece_floor'):.4f}",
+            f"{mean('test_ece_mc'):.4f}", f"{mean('test_ece_floor_mc'):.4f}",
+            f"{difference:+.4f} ({low:+.4f} to {high:+.4f})", verdict]
+
+
 def calibration_table(rows: list[SentimentRow]) -> list[list[str]]:
     """A line per run: both ECEs beside the floor a calibrated predictor would score, and which is the better
-    calibrated beyond chance (the difference's 95% interval excludes zero; see sentiment.metrics.ece_difference)."""
+    calibrated beyond chance (the difference's 95% interval excludes zero; see sentiment.metrics.ece_difference).
+
+    After a row's runs, where it has two seeds or more, a line of their means, which says which is the better
+    calibrated across seeds: the mean difference with a 95% Student-t interval over the seeds (a run's own interval
+    covers only the test set's sampling; the seeds' spread is the training's), and how many runs had each verdict.
+    """
     lines = []
-    for row, folder, run in calibrated_runs(rows):
-        difference, (low, high) = run["test_ece_mc_minus_ws"], run["test_ece_mc_minus_ws_ci"]
-        better = "MC" if high < 0 else "weight scaling" if low > 0 else "neither (interval holds 0)"
-        lines.append([folder.name, row.label, f"{100 * run['test_accuracy']:.2f}", f"{run['test_ece']:.4f}",
-                      f"{run['test_ece_floor']:.4f}", f"{run['test_ece_mc']:.4f}", f"{run['test_ece_floor_mc']:.4f}",
-                      f"{difference:+.4f} ({low:+.4f} to {high:+.4f})", better])
+    for row in rows:
+        runs, verdicts = [], []
+        for _, folder, run in calibrated_runs([row]):
+            low, high = run["test_ece_mc_minus_ws_ci"]
+            runs.append(run)
+            verdicts.append(better_calibrated(low, high))
+            lines.append(calibration_line(folder.name, row.label, [run], run["test_ece_mc_minus_ws"], low, high,
+                                          verdicts[-1]))
+        if len(runs) >= 2:
+            counts = ", ".join(f"{name} {sum(v.startswith(name) for v in verdicts)}"
+                               for name in ("MC", "weight scaling", "neither"))
+            difference, low, high = mean_interval([run["test_ece_mc_minus_ws"] for run in runs])
+            lines.append(calibration_line(f"mean of {len(runs)} seeds", row.label, runs, difference, low, high,
+                                          f"{better_calibrated(low, high)} across seeds; per run: {counts}"))
     return lines
 
 
