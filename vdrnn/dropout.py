@@ -299,15 +299,18 @@ class DropoutScheme:
     # What one mask entry is; GaussianDropout changes only this. (ClassVar: not a dataclass field.)
     noise: ClassVar[Noise] = staticmethod(bernoulli_mask)
 
-    @property
-    def word_noise(self) -> Noise:
-        """What one word-type mask entry is: the scheme's ``noise`` unless ``dropout.embedding_noise`` says."""
-        choice = self.config.embedding_noise
-        return self.noise if choice is None else NOISES[choice]
-
     def word_type_table(self, batch: int, vocab_size: int, like: torch.Tensor) -> torch.Tensor | None:
-        """One draw per word type: [B, V] (per sequence) or [1, V] (shared by the batch), or None."""
-        return None
+        """One draw per word type: [B, V] (per sequence) or [1, V] (shared by the batch), or None where
+        ``dropout.embedding`` is 0, as it always is for the schemes without word-type dropout (DropoutConfig refuses
+        it there). An entry is the scheme's ``noise`` unless ``dropout.embedding_noise`` names another."""
+        # One draw per (sequence, word type): every occurrence of a word in a sequence is dropped (or scaled)
+        # together (Gal sec. 4.1, and the fix in Gal's README that tied masks per word). With
+        # ``embedding_mask=batch`` one draw per word type serves every sequence of the minibatch (AWD).
+        c = self.config
+        if c.embedding == 0:
+            return None
+        noise = self.noise if c.embedding_noise is None else NOISES[c.embedding_noise]
+        return noise((batch if c.embedding_mask == "sample" else 1, vocab_size), c.embedding, like)
 
     def shares_draws_across_batch(self, word_dropout: bool) -> bool:
         """Does one draw serve every sequence of a forward pass: AWD's weight drop (one W_hh mask per
@@ -335,16 +338,6 @@ class DropoutScheme:
         """The scheme's learned parameters for a model whose layers are (input size, hidden size, gates) and whose
         head has ``outputs`` rows, or None: only Kingma's adaptive Gaussian dropout learns any."""
         return None
-
-
-def _word_type_table(batch: int, vocab_size: int, p: float, granularity: str, like: torch.Tensor,
-                     noise: Noise) -> torch.Tensor | None:
-    # One draw per (sequence, word type): every occurrence of a word in a sequence is dropped (or scaled)
-    # together (Gal sec. 4.1, and the fix in Gal's README that tied masks per word). With granularity
-    # "batch" one draw per word type serves every sequence of the minibatch (AWD).
-    if p == 0:
-        return None
-    return noise((batch if granularity == "sample" else 1, vocab_size), p, like)  # [B, V] or [1, V]
 
 
 def words_of(table: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor | None:
@@ -411,10 +404,6 @@ class MoonDropout(DropoutScheme):
     ``dropout.embedding`` adds Gal's word-type embedding dropout ("Moon et al. + emb dropout" row).
     """
 
-    def word_type_table(self, batch, vocab_size, like):
-        return _word_type_table(batch, vocab_size, self.config.embedding, self.config.embedding_mask, like,
-                                self.word_noise)
-
     def layer_masks(self, x, hidden_size, gates, layer=0):
         p = self.config.cell
         if p == 0:
@@ -440,10 +429,6 @@ class VariationalDropout(DropoutScheme):
     type per sequence), and z_o [B, H] on the last layer's output. Each layer's input mask z_x acts on
     the embedding output (layer 1) or on the output of the layer below.
     """
-
-    def word_type_table(self, batch, vocab_size, like):
-        return _word_type_table(batch, vocab_size, self.config.embedding, self.config.embedding_mask, like,
-                                self.word_noise)
 
     def layer_masks(self, x, hidden_size, gates, layer=0):
         cfg = self.config
