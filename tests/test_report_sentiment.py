@@ -160,6 +160,16 @@ def test_the_overrides_column_lists_the_overrides_of_every_seed(tmp_path):
     assert row["overrides"] == "trainer.epochs=40, trainer.max_minutes=13 (seed 1), trainer.max_minutes=14 (seed 2)"
 
 
+def test_a_rows_seeds_go_in_the_order_of_their_numbers_not_of_their_names(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in (10, 2, 1):
+        fake_run(runs / f"seed{seed}", "imdb", "gru", "variational", "tied", seed, 0.88)
+        (runs / f"seed{seed}" / "overrides.yaml").write_text(f"- trainer.max_minutes={seed}\n- seed={seed}\n")
+    [row] = imdb_rows(tmp_path)
+    assert row["overrides"] == ("trainer.max_minutes=1 (seed 1), trainer.max_minutes=2 (seed 2), "
+                                "trainer.max_minutes=10 (seed 10)")
+
+
 def test_curve_labels_name_the_probabilities_and_the_setting_that_tell_lines_apart():
     grid = {"in 0.5", "in 0.25"}  # the probabilities the panel holds the scheme at
     assert report.line_label("variational", "in 0.5", "data.max_length=400", grid) == \

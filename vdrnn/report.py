@@ -25,6 +25,7 @@ import csv
 import functools
 import json
 import math
+import re
 import statistics
 import sys
 import textwrap
@@ -263,11 +264,18 @@ def overrides_column(runs: list[dict[str, Any]], dirs: list[Path], quiet: tuple[
     return ", ".join(parts)
 
 
+def numbers_as_numbers(path: Path) -> list[str | int]:
+    """A sort key that reads the digits in a path as numbers, so that runs go seed 2, seed 10 rather than seed 10,
+    seed 2 (re.split with a group keeps text at the even places and numbers at the odd ones, so keys compare)."""
+    return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", str(path)))]
+
+
 def files_named(name: str, folders: list[Path]) -> list[Path]:
-    """Every file called ``name`` under ``folders``, each once where the folders overlap (``runs runs/b``)."""
+    """Every file called ``name`` under ``folders``, in the order of their seeds' numbers (numbers_as_numbers), each
+    once where the folders overlap (``runs runs/b``)."""
     found: dict[Path, Path] = {}
     for folder in folders:
-        for path in sorted(Path(folder).rglob(name)):
+        for path in sorted(Path(folder).rglob(name), key=numbers_as_numbers):
             found.setdefault(path.resolve(), path)  # the path as given: the tables name runs by their folder
     return list(found.values())
 
