@@ -31,8 +31,8 @@ EXTRA_RUNS: dict[str, list[str]] = {
     + ["imdb/search/runs/imdb_lstm_var_h512_len400_seed2"],
     # The checkpoint selected by MC beside the same seeds' runs selected by weight scaling.
     "imdb/select_mc": ["imdb/tokenizer/runs"],
-    # More seeds of the LSTM preset selected by MC: seeds 1-3 of the same settings, and seeds 1-5 of 42 epochs (a
-    # row of its own, trainer.epochs differs) whose kept epochs were all <= 30, which session 27's test counted in.
+    # More seeds of the LSTM preset selected by MC, beside its seeds 1-3 of the same settings and its seeds 1-5 of
+    # 42 epochs (a row of their own: trainer.epochs differs), whose kept epochs were all <= 30.
     "imdb/select_mc_seeds": [f"imdb/select_mc/runs/imdb_lstm_var_tuned_selmc_seed{seed}" for seed in (1, 2, 3)]
     + [f"imdb/select_mc_long/runs/imdb_lstm_var_tuned_42ep_selmc_seed{seed}" for seed in range(1, 6)],
 }

@@ -271,8 +271,8 @@ def numbers_as_numbers(path: Path) -> list[str | int]:
 
 
 def files_named(name: str, folders: list[Path]) -> list[Path]:
-    """Every file called ``name`` under ``folders``, in the order of their seeds' numbers (numbers_as_numbers), each
-    once where the folders overlap (``runs runs/b``)."""
+    """Every file called ``name`` under ``folders``, in path order with numbers read as numbers (numbers_as_numbers),
+    each once where the folders overlap (``runs runs/b``)."""
     found: dict[Path, Path] = {}
     for folder in folders:
         for path in sorted(Path(folder).rglob(name), key=numbers_as_numbers):
