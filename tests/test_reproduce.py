@@ -83,7 +83,6 @@ def test_reproduce_spreads_the_rows_over_gpus_reports_them_and_skips_finished_jo
 def test_each_job_gets_its_gpu_and_its_share_of_the_cores_unless_the_user_set_the_threads(script, monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # None keeps this process's: here, none
     env = script.job_environment("3", jobs_at_once=16)
     assert (env["CUDA_VISIBLE_DEVICES"], env["OMP_NUM_THREADS"]) == ("3", "4")
     assert "CUDA_VISIBLE_DEVICES" not in script.job_environment(None, jobs_at_once=1)
