@@ -314,3 +314,28 @@ def test_the_reliability_diagram_pools_the_seeds_bins(tmp_path):
     filled = [i for i, n in enumerate(pooled["count"]) if n]
     assert list(ws.get_xdata()) == pytest.approx([pooled["confidence"][i] / pooled["count"][i] for i in filled])
     assert list(ws.get_ydata()) == pytest.approx([pooled["right"][i] / pooled["count"][i] for i in filled])
+
+
+def test_pool_makes_runs_that_differ_only_in_that_setting_seeds_of_one_row_which_names_its_values(tmp_path):
+    """`vdrnn report --pool trainer.epochs`: seeds run to 42 and to 30 epochs are one row (a setting that differs
+    besides, here the clip, still makes its own row), and the row's name says which values it pools."""
+    runs = tmp_path / "runs"
+    for seed, epochs in ((1, 42), (2, 30), (3, 30)):
+        fake_run(runs / f"s{seed}", "imdb", "lstm", "variational", "tied", seed, 0.88 + seed / 100,
+                 trainer={"epochs": epochs, "clip": 5})
+    fake_run(runs / "clip1", "imdb", "lstm", "variational", "tied", 4, 0.80, trainer={"epochs": 30, "clip": 1})
+    assert sorted(r["seeds"] for r in imdb_rows(tmp_path)) == ["1", "1", "2"]  # not pooled: 42 and 30 epochs apart
+
+    report.main([str(runs), "--out", str(tmp_path / "pooled"), "--pool", "trainer.epochs"])
+    with open(tmp_path / "pooled" / "imdb_table.csv") as f:
+        rows = {r["row"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"LSTM · variational [trainer.clip=5, trainer.epochs=30/42 pooled]",
+                         "LSTM · variational [trainer.clip=1]"}
+    pooled = rows["LSTM · variational [trainer.clip=5, trainer.epochs=30/42 pooled]"]
+    assert (pooled["seeds"], pooled["accuracy (%)"]) == ("3", "90.00 ± 1.00")
+
+
+def test_pool_refuses_a_key_that_no_run_has_rather_than_pool_nothing(tmp_path):
+    fake_run(tmp_path / "runs" / "a", "imdb", "lstm", "variational", "tied", 1, 0.85, trainer={"epochs": 30})
+    with pytest.raises(SystemExit, match=r"--pool trainer\.epoch: no run under .* has that setting"):
+        report.main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--pool", "trainer.epoch"])

@@ -2,7 +2,8 @@
 
 Runs are found by their ``metrics.json`` anywhere under the given folders (a run dir, a sweep dir, or
 several; a run under two of them counts once); unfinished runs (``metrics.jsonl`` but no ``metrics.json``) are
-left out with a warning that names them. Runs that differ only by seed form one row, reported as mean ± std over seeds. A row is named
+left out with a warning that names them. Runs that differ only by seed form one row, reported as mean ± std over
+seeds (``--pool KEY`` puts runs that differ in KEY too in one row, and names its values there). A row is named
 after its experiment preset's Table 1 row (``paper.row``) or, for ad-hoc runs, after its dropout scheme.
 The last column lists what its runs' command lines changed beyond their preset (say ``trainer.clip=5``, or
 ``trainer.clip=5 (seed 1)`` where only some seeds did), so a row that departs from the paper's settings says so
@@ -57,6 +58,7 @@ class Row:
     dirs: list[Path] = field(default_factory=list)  # the folder of each run, for its overrides
     curves: list[list[float]] = field(default_factory=list)
     setting: str = ""  # what else sets this row apart from rows named alike (see distinguish)
+    pooled: tuple[str, ...] = ()  # settings that do not make its runs other experiments (`vdrnn report --pool`)
     quiet: ClassVar[tuple[str, ...]]  # the overrides its overrides column leaves out (see run_overrides)
 
     @property
@@ -79,7 +81,7 @@ class Row:
         that only some runs logged (an option their older seeds predate) still tells the row apart."""
         merged = {}
         for run in self.runs:
-            merged.update(run_settings(run.get("config") or {}))
+            merged.update(run_settings(run.get("config") or {}, self.pooled))
         return merged
 
     def run_cells(self) -> list[str]:
@@ -170,13 +172,13 @@ def base_settings() -> dict[str, str]:
 SENTIMENT_NOT_SETTINGS = ("data.eval_batch_size",)
 
 
-def run_settings(config: dict[str, Any]) -> dict[str, str]:
-    """A run's settings, with those it did not log (options added to vdrnn since) at their defaults."""
+def run_settings(config: dict[str, Any], pooled: tuple[str, ...] = ()) -> dict[str, str]:
+    """A run's settings, with those it did not log (options added to vdrnn since) at their defaults, less the
+    ``pooled`` ones (dotted keys or groups, ``vdrnn report --pool``)."""
     out = {**base_settings(), **settings(config)}
-    if (config.get("data") or {}).get("name") in SENTIMENT_METRICS:
-        for key in SENTIMENT_NOT_SETTINGS:
-            out.pop(key, None)
-    return out
+    ignored = (*pooled, *SENTIMENT_NOT_SETTINGS) if (config.get("data") or {}).get("name") in SENTIMENT_METRICS \
+        else pooled
+    return {key: value for key, value in out.items() if not key_among(key, ignored)}
 
 
 def same_experiment(a: dict[str, str], b: dict[str, str]) -> bool:
@@ -184,14 +186,14 @@ def same_experiment(a: dict[str, str], b: dict[str, str]) -> bool:
     return all(a[k] == b[k] for k in a.keys() & b.keys())
 
 
-def row_for(rows: list[Row], config: dict[str, Any]) -> Row | None:
+def row_for(rows: list[Row], config: dict[str, Any], pooled: tuple[str, ...] = ()) -> Row | None:
     """The row among ``rows`` whose runs are each the same experiment as ``config``, or None. Each, not only the
     first: a key that one side lacks matches any value, so an old run without ``data.max_length`` matches runs
     at 200 and at 400, which must still not share a row. Such a run joins the first row it matches, in the order
-    the runs are found (by folder)."""
-    mine = run_settings(config)
+    the runs are found (by folder). Settings among ``pooled`` do not count (``vdrnn report --pool``)."""
+    mine = run_settings(config, pooled)
     for row in rows:
-        if all(same_experiment(run_settings(run.get("config") or {}), mine) for run in row.runs):
+        if all(same_experiment(run_settings(run.get("config") or {}, pooled), mine) for run in row.runs):
             return row
     return None
 
@@ -264,7 +266,7 @@ def overrides_column(runs: list[dict[str, Any]], dirs: list[Path], quiet: tuple[
     return ", ".join(parts)
 
 
-def numbers_as_numbers(path: Path) -> list[str | int]:
+def numbers_as_numbers(path: str | Path) -> list[str | int]:
     """A sort key that reads the digits in a path as numbers, so that runs go seed 2, seed 10 rather than seed 10,
     seed 2 (re.split with a group keeps text at the even places and numbers at the odd ones, so keys compare)."""
     return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", str(path)))]
@@ -326,17 +328,19 @@ def dataset_of(metrics: dict[str, Any]) -> str:
 
 
 def group_runs(runs: list[tuple[Path, dict[str, Any]]], identity: Callable[[dict[str, Any]], tuple],
-               row_type: Callable[..., Row], point: Callable[[dict[str, Any]], float]) -> list[Row]:
+               row_type: Callable[..., Row], point: Callable[[dict[str, Any]], float],
+               pooled: tuple[str, ...] = ()) -> list[Row]:
     """Rows of ``runs`` (path of metrics.json, its content). A run joins a row of its ``identity(metrics)`` whose
-    runs are the same experiment (row_for), or starts one, ``row_type(*identity)``; its curve is ``point`` of
-    each epoch in its metrics.jsonl. Rows of one identity are then told apart by their setting (distinguish)."""
+    runs are the same experiment but for the ``pooled`` settings (row_for), or starts one, ``row_type(*identity)``;
+    its curve is ``point`` of each epoch in its metrics.jsonl. Rows of one identity are then told apart by their
+    setting (distinguish), and a row whose runs differ in a pooled setting says so (pooled_values)."""
     found: dict[tuple, list[Row]] = {}
     for path, metrics in runs:
         key = identity(metrics)
         group = found.setdefault(key, [])
-        row = row_for(group, metrics.get("config") or {})
+        row = row_for(group, metrics.get("config") or {}, pooled)
         if row is None:
-            row = row_type(*key)
+            row = row_type(*key, pooled=pooled)
             group.append(row)
         row.runs.append(metrics)
         row.dirs.append(path.parent)
@@ -347,8 +351,21 @@ def group_runs(runs: list[tuple[Path, dict[str, Any]]], identity: Callable[[dict
         distinguish(group)
     rows = [row for group in found.values() for row in group]
     for row in rows:
+        row.setting = ", ".join(part for part in (row.setting, pooled_values(row)) if part)
         warn_of_repeated_seeds(row)
     return rows
+
+
+def pooled_values(row: Row) -> str:
+    """The pooled settings whose values differ among the row's runs, each with its values, ``trainer.epochs=30/42
+    pooled``: a row that puts seeds of other settings together says so in its name."""
+    every = [run_settings(run.get("config") or {}) for run in row.runs]
+    parts = []
+    for key in sorted({k for s in every for k in s if key_among(k, row.pooled)}):
+        values = sorted({s[key] for s in every if key in s}, key=numbers_as_numbers)
+        if len(values) > 1:
+            parts.append(f"{key}={'/'.join(values)} pooled".replace('"', ""))
+    return ", ".join(parts)
 
 
 def warn_of_repeated_seeds(row: Row) -> None:
@@ -472,10 +489,10 @@ def ptb_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
     return (paper["row"] if paper else scheme_name(config)), size, dropout_label(config.get("dropout", {}))
 
 
-def collect_ptb(folders: list[Path]) -> list[PtbRow]:
+def collect_ptb(folders: list[Path], pooled: tuple[str, ...] = ()) -> list[PtbRow]:
     """Rows (name x size x dropout, seeds together): small, medium, large, other sizes; each in Table 1's order."""
     runs = [(path, metrics) for path, metrics in find_runs(folders) if dataset_of(metrics) == "ptb"]
-    rows = group_runs(runs, ptb_identity, PtbRow, lambda epoch: epoch["valid_ppl"])
+    rows = group_runs(runs, ptb_identity, PtbRow, lambda epoch: epoch["valid_ppl"], pooled)
 
     def order(row: PtbRow):
         return _rank(SIZE_ORDER, row.size), _rank(ROW_ORDER, row.name), row.name, row.dropout, row.setting
@@ -552,7 +569,7 @@ def sentiment_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
     return config.get("cell", {}).get("type", "lstm"), scheme_name(config), dropout_label(config.get("dropout", {}))
 
 
-def collect_sentiment(folders: list[Path]) -> dict[str, list[SentimentRow]]:
+def collect_sentiment(folders: list[Path], pooled: tuple[str, ...] = ()) -> dict[str, list[SentimentRow]]:
     """dataset -> rows (cell x scheme, seeds together), in the order LSTM, GRU, RNN x none ... variational."""
     runs: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
     for path, metrics in find_runs(folders):
@@ -562,7 +579,8 @@ def collect_sentiment(folders: list[Path]) -> dict[str, list[SentimentRow]]:
     def order(row: SentimentRow):
         return _rank(CELL_ORDER, row.cell), _rank(SCHEME_ORDER, row.scheme), row.label, row.dropout
 
-    return {dataset: sorted(group_runs(dataset_runs, sentiment_identity, SentimentRow, CURVES[dataset][0]), key=order)
+    return {dataset: sorted(group_runs(dataset_runs, sentiment_identity, SentimentRow, CURVES[dataset][0], pooled),
+                            key=order)
             for dataset, dataset_runs in sorted(runs.items())}
 
 
@@ -714,11 +732,22 @@ def write_table(lines: list[list[str]], columns: list[str], stem: Path) -> str:
     return text
 
 
-def write_report(folders: list[Path], out: Path) -> tuple[str, list[Path]]:
-    """Write the tables and plots of every run under ``folders`` into ``out``: (the tables as text, files written)."""
-    rows = collect_ptb(folders)
-    sentiment = collect_sentiment(folders)
+def check_pooled(folders: list[Path], pooled: tuple[str, ...]) -> None:
+    """A mistyped ``--pool`` key would pool nothing without a word: each must be a setting of some run."""
+    known = {key for _, metrics in find_runs(folders) for key in run_settings(metrics.get("config") or {})}
+    unknown = [name for name in pooled if not any(key_among(key, (name,)) for key in known)]
+    if unknown:
+        raise SystemExit(f"error: --pool {', '.join(unknown)}: no run under {', '.join(map(str, folders))} has that "
+                         f"setting; pool a dotted config key that differs between runs, e.g. --pool trainer.epochs")
+
+
+def write_report(folders: list[Path], out: Path, pooled: tuple[str, ...] = ()) -> tuple[str, list[Path]]:
+    """Write the tables and plots of every run under ``folders`` into ``out``: (the tables as text, files written).
+    Runs that differ only in ``pooled`` settings are seeds of one row."""
+    rows = collect_ptb(folders, pooled)
+    sentiment = collect_sentiment(folders, pooled)
     check_found(folders, bool(rows or sentiment))
+    check_pooled(folders, pooled)
     out.mkdir(parents=True, exist_ok=True)
     texts, written = [], []
     if rows:
@@ -744,12 +773,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("folders", nargs="+", type=Path, help="run or sweep dirs holding metrics.json files")
     parser.add_argument("--out", type=Path, default=None, help="where the tables (.md, .csv) and plots (.png) go "
                                                                "(default: the first folder)")
+    parser.add_argument("--pool", metavar="KEY", action="append", default=[],
+                        help="a setting that does not split runs into rows: runs that differ only there are seeds "
+                             "of one row, whose name gives the values (e.g. --pool trainer.epochs, for seeds run "
+                             "to different lengths that kept the same epochs); repeatable")
     args = parser.parse_args(argv)
     # A mistyped folder beside one with runs would otherwise leave its runs out without a word.
     missing = [str(folder) for folder in args.folders if not folder.is_dir()]
     if missing:
         parser.error(f"no such folder: {', '.join(missing)}")
     out = args.out or args.folders[0]
-    text, written = write_report(args.folders, out)
+    text, written = write_report(args.folders, out, tuple(args.pool))
     print(text, end="")
     print(f"\nwrote {', '.join(map(str, written))}")
