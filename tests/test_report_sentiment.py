@@ -335,7 +335,20 @@ def test_pool_makes_runs_that_differ_only_in_that_setting_seeds_of_one_row_which
     assert (pooled["seeds"], pooled["accuracy (%)"]) == ("3", "90.00 ± 1.00")
 
 
-def test_pool_refuses_a_key_that_no_run_has_rather_than_pool_nothing(tmp_path):
-    fake_run(tmp_path / "runs" / "a", "imdb", "lstm", "variational", "tied", 1, 0.85, trainer={"epochs": 30})
-    with pytest.raises(SystemExit, match=r"--pool trainer\.epoch: no run under .* has that setting"):
-        report.main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--pool", "trainer.epoch"])
+@pytest.mark.parametrize("key,why", [
+    ("trainer.epoch", r"no run under .* has that setting"),  # a typo
+    ("dropout.input", "name a row"),  # the dropout column: rows apart there stay apart
+    ("model", "name a row"),  # holds model.hidden_size, a PTB row's size
+    ("seed", "one row already")])
+def test_pool_refuses_a_key_it_would_pool_nothing_by(tmp_path, key, why):
+    fake_run(tmp_path / "runs" / "a", "imdb", "lstm", "variational", "tied", 1, 0.85, p=0.3, trainer={"epochs": 30})
+    with pytest.raises(SystemExit, match=rf"--pool {key}: .*{why}"):
+        report.main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--pool", key])
+
+
+def test_report_refuses_an_out_that_is_a_file(tmp_path, capsys):
+    fake_run(tmp_path / "runs" / "a", "imdb", "lstm", "variational", "tied", 1, 0.85)
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(SystemExit):
+        report.main([str(tmp_path / "runs"), "--out", str(tmp_path / "afile")])
+    assert "afile is a file; give a folder" in capsys.readouterr().err

@@ -732,8 +732,22 @@ def write_table(lines: list[list[str]], columns: list[str], stem: Path) -> str:
     return text
 
 
+# What names a row (its scheme, dropout column, cell, paper row and size: ptb_identity, sentiment_identity), so that
+# runs apart in it are never one row, pooled or not.
+NAMING_SETTINGS = ("dropout", "cell", "paper", "model.hidden_size")
+
+
 def check_pooled(folders: list[Path], pooled: tuple[str, ...]) -> None:
-    """A mistyped ``--pool`` key would pool nothing without a word: each must be a setting of some run."""
+    """Refuse a ``--pool`` key that would pool nothing without a word: one that names rows, one that never splits
+    them (the seed), or one no run has (a typo)."""
+    for name in pooled:
+        if key_among(name, NAMING_SETTINGS) or any(key_among(key, (name,)) for key in NAMING_SETTINGS):
+            raise SystemExit(f"error: --pool {name}: the scheme, dropout probabilities, cell and size name a row "
+                             f"({', '.join(NAMING_SETTINGS)}), so runs apart there are never one row; pool another "
+                             f"setting, e.g. --pool trainer.epochs")
+        if key_among(name, NOT_SETTINGS):
+            raise SystemExit(f"error: --pool {name}: runs that differ only there are one row already "
+                             f"({', '.join(NOT_SETTINGS)} never set runs apart)")
     known = {key for _, metrics in find_runs(folders) for key in run_settings(metrics.get("config") or {})}
     unknown = [name for name in pooled if not any(key_among(key, (name,)) for key in known)]
     if unknown:
@@ -783,6 +797,8 @@ def main(argv: list[str] | None = None) -> None:
     if missing:
         parser.error(f"no such folder: {', '.join(missing)}")
     out = args.out or args.folders[0]
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out} is a file; give a folder for the tables and plots (it is made if missing)")
     text, written = write_report(args.folders, out, tuple(args.pool))
     print(text, end="")
     print(f"\nwrote {', '.join(map(str, written))}")
