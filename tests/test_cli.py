@@ -230,3 +230,39 @@ def test_eval_takes_an_evaluation_setting_given_with_hydras_force_prefix(tmp_pat
     evaluated = evaluate_in_process(monkeypatch, tmp_path / "eval", f"checkpoint={tiny_checkpoint}",
                                     f"data.root={tiny_corpus}", "eval=mc", "++eval.samples=3")
     assert evaluated["config"]["eval"]["samples"] == 3 and evaluated["mc_samples"] == 3
+
+
+def test_ctrl_c_says_what_the_run_keeps_and_the_advised_rerun_continues_from_it(tmp_path, tiny_corpus, monkeypatch,
+                                                                                 caplog):
+    """An interrupt in epoch 2 ends the command with 130 and a line, not a traceback: last.pt holds epoch 1, and
+    rerunning in the folder, as the line says, finishes the run; one before any epoch finished says nothing is kept."""
+    from vdrnn import checkpoint
+    from vdrnn.train import LanguageModelTrainer
+
+    real = LanguageModelTrainer.train_epoch
+
+    def interrupted_in_epoch(n: int):
+        def train_epoch(self, *args):
+            if self.epoch == n - 1:
+                raise KeyboardInterrupt
+            return real(self, *args)
+        return train_epoch
+
+    run = tmp_path / "run"
+    overrides = [*TINY, f"data.root={tiny_corpus}", "data.batch_size=20"]
+    with monkeypatch.context() as patched:
+        patched.setattr(LanguageModelTrainer, "train_epoch", interrupted_in_epoch(2))
+        with pytest.raises(SystemExit) as stopped:
+            cli_in_process(patched, run, overrides).train_command(composed(*overrides))
+    assert stopped.value.code == 130
+    assert f"interrupted; {run / 'last.pt'} holds the last finished epoch: rerun the command with " \
+           f"hydra.run.dir={run}" in caplog.text
+    assert checkpoint.load(run / "last.pt")["epoch"] == 1
+
+    cli_in_process(monkeypatch, run, overrides).train_command(composed(*overrides))
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == 2
+
+    monkeypatch.setattr(LanguageModelTrainer, "train_epoch", interrupted_in_epoch(1))
+    with pytest.raises(SystemExit):
+        cli_in_process(monkeypatch, tmp_path / "early", overrides).train_command(composed(*overrides))
+    assert f"no epoch had finished, so {tmp_path / 'early'} holds nothing to continue from" in caplog.text

@@ -56,6 +56,17 @@ def _fail(err: VdrnnError) -> NoReturn:
     raise SystemExit(2)
 
 
+def _interrupted(run_dir: Path) -> NoReturn:
+    """Ctrl-C during training: say what the run keeps and how to go on, instead of a traceback. Checkpoints are
+    written whole at the end of each epoch, so the epoch in progress is lost and last.pt, where there is one, holds
+    the last finished epoch. Exits with 130, the shell's status for an interrupt (a sweep stops there too)."""
+    last = run_dir / "last.pt"
+    kept = (f"{last} holds the last finished epoch: rerun the command with hydra.run.dir={run_dir} to continue "
+            f"from it" if last.exists() else f"no epoch had finished, so {run_dir} holds nothing to continue from")
+    log.warning("interrupted; %s", kept)
+    raise SystemExit(130)
+
+
 def task(data_name: str):
     """The module that trains and evaluates on a dataset: `run(raw, run_dir)` and `evaluate(raw, path, payload)`."""
     if data_name == "ptb":
@@ -77,6 +88,8 @@ def train_command(cfg: DictConfig) -> float | None:
         metrics = task(raw["data"]["name"]).run(raw, run_dir)
     except VdrnnError as err:
         _fail(err)
+    except KeyboardInterrupt:
+        _interrupted(run_dir)
     # The command line this run finished under, beside its metrics.json, for `vdrnn report`'s overrides column.
     # Hydra's own record (.hydra/overrides.yaml) is rewritten by every start in the folder, a refused one too.
     write_atomically(run_dir / "overrides.yaml", OmegaConf.to_yaml(list(HydraConfig.get().overrides.task)))
