@@ -216,10 +216,12 @@ def test_lr_schedule_matches_zaremba_medium():
     ("seed=abc", "seed='abc' must be an integer"),
     ("trainer.epochs=abc", "trainer.epochs='abc' must be an integer"),
     ("trainer.lr=true", "trainer.lr=True must be a number"),
-    # YAML reads a bare off as false: `amp: off` in a preset file arrives as False.
-    ("trainer.amp=false", r'trainer.amp=False must be a string \(YAML reads a bare off, on, no or yes as true/false: '
-                          r'quote the word, e.g. amp: "off"\)'),
-    ("trainer.select=true", r"trainer.select=True must be a string \(YAML reads a bare off, on, no or yes"),
+    # YAML reads a bare off as false: `amp: off` in a preset file arrives as False. The words the key takes are named.
+    ("trainer.amp=false", r'trainer.amp=False; choose one of off, bf16, fp16 \(YAML reads a bare off, on, no or yes '
+                          r'as true/false: quote the word, e.g. amp: "off"\)'),
+    ("trainer.select=true", r"trainer.select=True; choose `scale`.*\(YAML reads a bare off, on, no or yes"),
+    ("trainer.cuda_graph=true", r"trainer.cuda_graph=True; choose `auto` or `off` \(YAML reads a bare off"),
+    ("data.root=true", "data.root=True must be a string or null"),  # a path: no words to name
     ("trainer.max_minutes=soon", "trainer.max_minutes='soon' must be a number or null"),
     ("eval.word_dropout=1", "eval.word_dropout=1 must be true or false"),
     ("dataset=imdb data.max_length=long", "data.max_length='long' must be an integer"),
@@ -235,6 +237,13 @@ def test_lr_schedule_matches_zaremba_medium():
     ("data.test_batch_size=0", "data.test_batch_size=0 must be at least 1"),
     ("data.eval_max_tokens=1", "data.eval_max_tokens=1 must be at least 2 tokens"),
     ("+trainer.lr_warmup=5", r"unknown key\(s\) trainer.lr_warmup; known: .*lr_decay"),
+    # Set from the cell group, where the group's own key would be overwritten without a word:
+    ("+dropout.per_gate=true", r"unknown key\(s\) dropout.per_gate; known: (?!.*per_gate,).*; dropout.per_gate "
+                               r"follows cell.gates=untied"),
+    ("+model.cell=gru", r"unknown key\(s\) model.cell; known: .*; model.cell follows cell=lstm\|gru\|rnn"),
+    # Hydra's hint for a mistyped group, followed: the key would be appended and read by nothing.
+    ("+datset=imdb", r"unknown key\(s\) datset; known: cell, checkpoint, .*chosen without a `\+`, e.g. dataset=imdb"),
+    ("dataset=imdb +datset=imdb", r"unknown key\(s\) datset"),
     ("trainer.epochs=null", "trainer.epochs=None must be an integer"),
     ("trainer.select=best", "trainer.select='best'; choose `scale`"),
     ("trainer.select=mc eval=mc", "a language model keeps the epoch of best weight-scaling validation perplexity"),
@@ -320,3 +329,19 @@ def test_the_tuned_imdb_gaussian_presets_change_only_the_noise(cell):
     assert changed_keys(f"imdb_{cell}_variational_tuned", preset) == {"dropout.scheme"}
     assert validated(composed(f"experiment={preset}")).dropout.scheme == "gaussian"
     assert_header_runs(preset)
+
+
+def test_a_true_or_false_where_a_word_goes_is_refused_even_where_the_group_takes_any_word():
+    """build() leaves a bool in a string field to the group's own check, which names the words it takes; a group
+    without one (any word goes) still gets the type error, not the bool."""
+    from dataclasses import dataclass
+
+    from vdrnn.config import build
+
+    @dataclass
+    class Named:
+        name: str = "x"
+
+    assert build(Named, {"name": "off"}, "group").name == "off"
+    with pytest.raises(ConfigError, match=r'group.name=False must be a string \(YAML reads a bare off'):
+        build(Named, {"name": False}, "group")

@@ -165,26 +165,56 @@ def check_type(value: Any, annotation: str, key: str) -> None:
     if any(isinstance(value, types) and (bool in types or not isinstance(value, bool)) for _, types in kinds):
         return
     expected = " or ".join(name for name, _ in kinds) + (" or null" if "None" in options else "")
-    # YAML 1.1, which OmegaConf follows, reads a bare off/on/no/yes as a boolean: `amp: off` in a preset is False.
-    hint = (" (YAML reads a bare off, on, no or yes as true/false: quote the word, e.g. amp: \"off\")"
-            if isinstance(value, bool) and options == ["str"] else "")
+    hint = YAML_BOOL_HINT if isinstance(value, bool) and options == ["str"] else ""
     raise ConfigError(f"{key}={value!r} must be {expected}{hint}")
 
 
-def build(cls, values: dict[str, Any], where: str):
-    """``cls(**values)`` for the config group ``where``, refusing unknown keys and values of the wrong type."""
+# YAML 1.1, which OmegaConf follows, reads a bare off/on/no/yes as a boolean: `amp: off` in a preset is False.
+YAML_BOOL_HINT = " (YAML reads a bare off, on, no or yes as true/false: quote the word, e.g. amp: \"off\")"
+
+
+def build(cls, values: dict[str, Any], where: str, derived: dict[str, tuple[Any, str]] | None = None):
+    """``cls(**values)`` for the config group ``where``, refusing unknown keys and values of the wrong type.
+    ``derived``: fields set from another group, name -> (value, the option that sets it); the group's own values may
+    not set them (they would be overwritten without a word)."""
+    derived = derived or {}
     annotations = {f.name: f.type for f in fields(cls)}
-    unknown = sorted(set(values) - set(annotations))
+    settable = sorted(set(annotations) - set(derived))
+    unknown = sorted(set(values) - set(settable))
     if unknown:
+        set_by = "".join(f"; {where}.{k} follows {derived[k][1]}" for k in unknown if k in derived)
         raise ConfigError(f"unknown key(s) {', '.join(where + '.' + k for k in unknown)}; "
-                          f"known: {', '.join(sorted(annotations))}")
+                          f"known: {', '.join(settable)}{set_by}")
+    values = {**values, **{name: value for name, (value, _) in derived.items()}}
+    # A true/false where a word goes is checked after the group's own checks, which name the words it takes
+    # (`trainer.cuda_graph=True; choose auto or off`), where "must be a string" would not.
+    words = [name for name, value in values.items() if isinstance(value, bool) and annotations[name] == "str"]
     for name, value in values.items():
-        check_type(value, annotations[name], f"{where}.{name}")
-    return cls(**values)
+        if name not in words:
+            check_type(value, annotations[name], f"{where}.{name}")
+    try:
+        built = cls(**values)
+    except ConfigError as err:
+        if any(f"{where}.{name}=" in str(err) for name in words):
+            raise ConfigError(f"{err}{YAML_BOOL_HINT}") from None
+        raise
+    for name in words:  # no check of the group's own took the value up
+        check_type(values[name], annotations[name], f"{where}.{name}")
+    return built
+
+
+# The top level of a composed config (conf/config.yaml and its groups' choices). Hydra appends any other key given
+# with a `+` (its own hint for a mistyped group, `+datset=ptb`), which no code would then read.
+TOP_LEVEL = ("data", "model", "cell", "dropout", "trainer", "eval", "seed", "device", "resume", "checkpoint",
+             "init_from", "paper")
 
 
 def run_settings(raw: dict[str, Any]) -> tuple[int, str]:
-    """The top-level ``seed`` and ``device``, type-checked."""
+    """The top-level ``seed`` and ``device``, type-checked, once no other top-level key is unknown."""
+    unknown = sorted(set(raw) - set(TOP_LEVEL))
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(TOP_LEVEL))} (a config "
+                          f"group is chosen without a `+`, e.g. dataset=imdb)")
     seed, device = raw.get("seed", 1), raw.get("device", "auto")
     check_type(seed, "int", "seed")
     check_type(device, "str", "device")
@@ -199,13 +229,15 @@ def to_container(cfg: DictConfig) -> dict[str, Any]:
 def model_from(raw: dict[str, Any], cls=ModelConfig):
     """The ``model`` group with the ``cell`` group's choices (type, tied or untied gates) folded in."""
     cell = raw.get("cell") or {}
-    return build(cls, {**raw["model"], "cell": cell.get("type", "lstm"), "gates": cell.get("gates", "tied")}, "model")
+    return build(cls, raw["model"], "model", {"cell": (cell.get("type", "lstm"), "cell=lstm|gru|rnn"),
+                                              "gates": (cell.get("gates", "tied"), "cell.gates=tied|untied")})
 
 
 def dropout_from(raw: dict[str, Any], model: ModelConfig) -> DropoutConfig:
     """The ``dropout`` group of a language-model or sentiment run, checked against its model; untied gates mean
     one mask per gate."""
-    dropout = build(DropoutConfig, {**raw["dropout"], "per_gate": model.gates == "untied"}, "dropout")
+    dropout = build(DropoutConfig, raw["dropout"], "dropout",
+                    {"per_gate": (model.gates == "untied", "cell.gates=untied (a mask per gate)")})
     if dropout.hidden and model.num_layers == 1:
         raise ConfigError(f"dropout.hidden={dropout.hidden} drops the inputs of layers 2..L, and model.num_layers=1 "
                           f"has none: set dropout.hidden=null (dropout.input drops the one layer's input), or "
