@@ -142,8 +142,9 @@ def test_awd_preset_trains_with_nt_asgd_switch_and_variable_bptt(tmp_path, tiny_
 def test_fine_tuning_stage_starts_from_the_trained_weights_and_averages_from_its_first_step(tmp_path, tiny_corpus):
     awd_cli(tmp_path, tiny_corpus, "trainer.epochs=3")
     # With a vanishing lr the fine-tuning stage keeps the weights it starts from: it tests the first stage's model.
-    awd_cli(tmp_path, tiny_corpus, "trainer.epochs=1", "trainer.lr=1e-12", f"init_from={tmp_path / 'run' / 'best.pt'}",
-            experiment="awd_ptb_finetune", run="finetune")
+    started = awd_cli(tmp_path, tiny_corpus, "trainer.epochs=1", "trainer.lr=1e-12",
+                      f"init_from={tmp_path / 'run' / 'best.pt'}", experiment="awd_ptb_finetune", run="finetune")
+    assert f"starting from the weights of {tmp_path / 'run' / 'best.pt'} (epoch " in started.stdout + started.stderr
     stage1, stage2 = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("run", "finetune"))
     assert stage2["test_ppl"] == pytest.approx(stage1["test_ppl"], rel=1e-4)
     assert stage2["paper"]["row"] == "AWD-LSTM (fine-tuned)"

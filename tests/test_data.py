@@ -56,6 +56,9 @@ def test_missing_files_name_the_folder_and_the_files(tmp_path):
         ptb.load(str(tmp_path))
     with pytest.raises(DataError, match=rf"{tmp_path / 'no'} does not exist; point it at a folder holding"):
         ptb.load(str(tmp_path / "no"))
+    # One of the files given for their folder:
+    with pytest.raises(DataError, match=r"ptb.train.txt is a file, not a folder; point it at a folder holding"):
+        ptb.load(str(tmp_path / "ptb.train.txt"))
 
 
 def test_a_data_folder_given_for_the_ptb_folder_inside_it_says_which_to_pass(tmp_path):
@@ -64,12 +67,32 @@ def test_a_data_folder_given_for_the_ptb_folder_inside_it_says_which_to_pass(tmp
         ptb.load(str(tmp_path))
 
 
-def test_offline_without_data_says_where_to_put_the_files(tmp_path, monkeypatch):
+def test_offline_without_data_says_where_to_put_the_files(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("VDRNN_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setattr(ptb, "DOWNLOAD_URL", "http://127.0.0.1:9/ptb.{split}.txt")  # nothing listens there
+    caplog.set_level("INFO", logger="vdrnn")
     with pytest.raises(DataError, match=r"Put ptb.train.txt, ptb.valid.txt, ptb.test.txt in \$VDRNN_DATA_DIR/ptb"):
         ptb.resolve_dir(None)
+    assert "Penn Treebank is in neither data.root nor $VDRNN_DATA_DIR/ptb: downloading it to" in caplog.text
+
+
+def test_imdb_without_its_files_says_it_asks_the_hub_and_then_where_to_put_them(tmp_path, monkeypatch, caplog):
+    """The hub's client retries for half a minute offline: the log says what the run waits for first."""
+    import datasets
+
+    from vdrnn.data import imdb
+
+    def offline(name):
+        raise ConnectionError(f"no network for {name}")
+
+    monkeypatch.setenv("VDRNN_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    caplog.set_level("INFO", logger="vdrnn")
+    with pytest.raises(DataError, match=r"datasets.load_dataset\('imdb'\) failed \(ConnectionError: no network for "
+                                        r"imdb\)\. Put train.jsonl.gz, test.jsonl.gz .* in \$VDRNN_DATA_DIR/imdb"):
+        imdb.load(None)
+    assert "IMDB is in neither data.root nor $VDRNN_DATA_DIR/imdb: loading Hugging Face's copy" in caplog.text
 
 
 def test_batchify_streams_are_contiguous_columns():

@@ -388,7 +388,7 @@ def test_mc_averages_probabilities_not_logits(reviews, samples, per_pass, batch_
 
 @pytest.mark.parametrize("raw_change,message", [
     ({"cell": {"type": "gru", "gates": "tied"}, "dropout": {"scheme": "moon", "cell": 0.5}},
-     "dropout=moon cannot run on cell=gru: it drops the LSTM's cell state c_t"),
+     "dropout=moon cannot run on cell=gru: it drops the LSTM's cell state c_t, which the GRU cell does not have"),
     ({"data": {"name": "imdb", "test_fraction": 0.2}}, "IMDB has its own 25,000-review test set"),
     ({"data": {"name": "scale"}}, "data.test_fraction=None must be in"),
     ({"model": {"tie_weights": True}}, "model.tie_weights=true"),

@@ -132,7 +132,8 @@ def test_scale_regression_run_reports_rmse_both_ways(tmp_path, scale_dir):
     cfg = from_dict(metrics["config"])
     task = load_task(cfg.data)
     model = build_model(cfg, task, torch.device("cpu"))
-    checkpoint.load_model_state(model, checkpoint.load(tmp_path / "run" / "best.pt"), tmp_path / "run" / "best.pt")
+    best = tmp_path / "run" / "best.pt"
+    checkpoint.load_model_state(model, checkpoint.load(best), best, "the run's own model")
     with torch.no_grad():
         outputs = model.eval()(task.test.tokens.t(), task.test.lengths, stochastic=False).squeeze(-1).double()
     predicted = task.target_mean + task.target_std * outputs

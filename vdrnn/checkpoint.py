@@ -54,14 +54,24 @@ def load(path: str | Path) -> dict[str, Any]:
     return payload
 
 
-def load_model_state(model: torch.nn.Module, payload: dict[str, Any], path: str | Path) -> None:
+def load_model_state(model: torch.nn.Module, payload: dict[str, Any], path: str | Path, fix: str) -> None:
+    """Load the checkpoint's weights into ``model``, or say which model the checkpoint holds and ``fix``."""
     try:
         model.load_state_dict(payload["model"])
     except RuntimeError as err:
+        # torch's first line only names the model class; the next ones say which weight differs, and how.
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
         raise CheckpointError(
-            f"checkpoint {path} does not fit this model ({str(err).splitlines()[0]}); it was trained with "
-            f"another model size or cell. Resume with the same model config, or use a new output dir"
+            f"checkpoint {path} does not fit this model: it holds {describe_model(payload['config'])} "
+            f"({(lines[1:] or lines)[0][:200]}); {fix}"
         ) from err
+
+
+def describe_model(config: dict[str, Any]) -> str:
+    """``a 2 x 200 lstm (tied gates)``: the model a run's config builds, as an error names a checkpoint's."""
+    model, cell = config.get("model", {}), config.get("cell", {})
+    return (f"a {model.get('num_layers', '?')} x {model.get('hidden_size', '?')} {cell.get('type', 'lstm')} "
+            f"({cell.get('gates', 'tied')} gates)")
 
 
 def check_vocab(payload: dict[str, Any], vocab: list[str], path: str | Path, fix: str) -> None:

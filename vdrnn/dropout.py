@@ -176,6 +176,11 @@ class DropoutConfig:
             if self.embedding_noise not in NOISES:
                 raise ConfigError(f"dropout.embedding_noise={self.embedding_noise!r}; choose `bernoulli` (drop whole "
                                   f"word types), `gaussian` (scale them by N(1, p/(1-p))) or null (the scheme's own)")
+            users = self.MASK_USERS["embedding_mask"]
+            if self.scheme not in users:
+                raise ConfigError(f"dropout.embedding_noise={self.embedding_noise} draws the word-type masks, which "
+                                  f"scheme {self.scheme!r} does not drop (schemes {', '.join(users)} do): drop the "
+                                  f"override or pick one of those schemes")
             if not self.embedding:
                 raise ConfigError(f"dropout.embedding_noise={self.embedding_noise} draws the word-type masks, and "
                                   f"dropout.embedding=0 draws none: set dropout.embedding (e.g. 0.5) or drop the "

@@ -90,7 +90,8 @@ def load_evaluation_weights(model: torch.nn.Module, payload: dict[str, Any], pat
     whose model state is the raw weights training continues from, the average it carries: ``trainer.ema``'s moving
     average, or averaged SGD's running means (the optimizer's ``ax``). A ``best.pt`` holds that average as its model
     state already, so both checkpoints give the same model."""
-    checkpoint.load_model_state(model, payload, path)
+    checkpoint.load_model_state(model, payload, path, "it was saved by another vdrnn version, whose model this "
+                                "one no longer builds from its config")
     params = list(model.parameters())
     if "weight_average" in payload:
         average = WeightAverage(params, payload["config"]["trainer"]["ema"])
@@ -360,7 +361,8 @@ class EpochTrainer:
                 f"init_from={path}")
         check_resumable(payload["config"], self.raw_config, path, option_defaults(self.cfg))
         checkpoint.check_vocab(payload, self.vocab, path, "resume with the same data.* settings, or use a new output dir")
-        checkpoint.load_model_state(self.model, payload, path)
+        checkpoint.load_model_state(self.model, payload, path, "resume with the run's own model.* and cell "
+                                    "settings, or start a new run in a new output dir")
         if self.average is not None and "weight_average" not in payload:  # from before trainer.ema existed
             raise CheckpointError(f"{path} holds no weight average to continue (it was trained before trainer.ema "
                                   f"existed): resume it with trainer.ema=0")
@@ -467,9 +469,12 @@ class EpochTrainer:
                    and not self.time_limit_reached()):
                 self.run_epoch(logger)
             if self.step_cap_reached() and self.epoch < cfg.trainer.epochs:
+                # Checkpoints mark the ends of epochs, so an epoch the cap cut short counts as done: a rerun with a
+                # higher cap goes on with the next one, and the run then differs from one without the cap.
                 log.info("stopped at step %d, trainer.max_steps (the whole run's cap, for smoke runs): epoch %d of %d is "
-                         "the last; raise or drop the cap and rerun the command to continue", self.step, self.epoch,
-                         cfg.trainer.epochs)
+                         "the last, and counts as done where the cap cut it short, so a rerun with a higher cap goes "
+                         "on with epoch %d; for results, run without the cap in a new output dir", self.step,
+                         self.epoch, cfg.trainer.epochs, self.epoch + 1)
             metrics = self.test(logger)
         finally:
             logger.close()
@@ -526,7 +531,8 @@ class EpochTrainer:
     def test(self, logger: RunLogger) -> dict[str, Any]:
         best = self.run_dir / checkpoint.BEST
         if best.exists():
-            checkpoint.load_model_state(self.model, checkpoint.load(best), best)
+            checkpoint.load_model_state(self.model, checkpoint.load(best), best, "it is another run's best.pt: "
+                                        "move it out of this run's folder")
         elif math.isfinite(self.best_valid):  # validated, yet the weights that scored best are gone
             raise CheckpointError(
                 f"{best} is missing although the run validated to {self.selector} {self.best_valid:.4g}; testing "

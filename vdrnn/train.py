@@ -75,7 +75,9 @@ class LanguageModelTrainer(EpochTrainer):
             payload = checkpoint.load(self.cfg.init_from)
             checkpoint.check_vocab(payload, self.vocab, self.cfg.init_from,
                                    "init_from needs a model trained on the same data and data.* settings")
-            checkpoint.load_model_state(model, payload, self.cfg.init_from)
+            checkpoint.load_model_state(model, payload, self.cfg.init_from, "init_from loads the weights into "
+                                        "the model this run builds: give it the checkpoint's model.* and cell settings")
+            log.info("starting from the weights of %s (epoch %d)", self.cfg.init_from, payload["epoch"])
         return model
 
     def steps_per_epoch(self) -> int:

@@ -14,7 +14,8 @@ def require_files(folder: Path, names: list[str], origin: str, subfolder: str) -
         return
     lacks = f"holds none of {', '.join(names)}" if len(missing) == len(names) else f"lacks {', '.join(missing)}"
     if not folder.is_dir():
-        problem = f"does not exist; point it at a folder holding {', '.join(names)}"
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        problem = f"{what}; point it at a folder holding {', '.join(names)}"
     elif (folder / subfolder).is_dir():
         problem = f"{lacks}, but holds a {subfolder}/ folder: pass data.root={folder / subfolder}"
     else:

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from vdrnn.data import require_files
 from vdrnn.errors import DataError
+
+log = logging.getLogger("vdrnn")
 
 SPLITS = ("train", "test")
 EXPECTED_REVIEWS = 25_000  # per split, half of them positive
@@ -71,5 +74,8 @@ def _read_folder(folder: Path, origin: str) -> dict[str, list[Review]]:
 def _from_hugging_face() -> dict[str, list[Review]]:
     import datasets
 
+    # Offline, the hub's client retries for about half a minute before it fails: say what the wait is.
+    log.info("IMDB is in neither data.root nor $VDRNN_DATA_DIR/imdb: loading Hugging Face's copy through "
+             "datasets.load_dataset('imdb'), which needs internet or its cache")
     loaded = datasets.load_dataset("imdb")
     return {split: [Review(r["text"], int(r["label"])) for r in loaded[split]] for split in SPLITS}

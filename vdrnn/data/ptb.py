@@ -9,6 +9,7 @@ incomparable with the paper's, so it is refused unless ``data.allow_custom_corpu
 
 from __future__ import annotations
 
+import logging
 import os
 import urllib.request
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ import torch
 
 from vdrnn.data import require_files
 from vdrnn.errors import DataError
+
+log = logging.getLogger("vdrnn")
 
 SPLITS = ("train", "valid", "test")
 EOS = "<eos>"
@@ -66,6 +69,7 @@ def resolve_dir(root: str | None) -> Path:
 
 
 def _download(folder: Path) -> None:
+    log.info("Penn Treebank is in neither data.root nor $VDRNN_DATA_DIR/ptb: downloading it to %s", folder)
     folder.mkdir(parents=True, exist_ok=True)
     for split in SPLITS:
         target = folder / f"ptb.{split}.txt"

@@ -39,7 +39,7 @@ class SentimentDataConfig:
     valid_fraction: float = 0.1  # of the training reviews, held out for model selection
     test_fraction: float | None = None  # scale only: the test share of the reviews (IMDB has its own test set)
     split_seed: int = 0  # fixes the validation (and scale test) split, independent of `seed`
-    limit: int | None = None  # smoke runs: this many reviews per split at most; never for reported numbers
+    limit: int | None = None  # smoke runs: at most this many reviews per IMDB split, or of the scale data in all
 
     def __post_init__(self) -> None:
         if self.name not in DATASETS:
@@ -95,7 +95,7 @@ def from_dict(raw: dict[str, Any]) -> SentimentRunConfig:
     model = model_from(raw, SentimentModelConfig)
     dropout = dropout_from(raw, model)
     if model.cell != "lstm" and dropout.scheme not in SINGLE_STATE_SCHEMES:
-        reason = ("it drops the LSTM's cell state c_t, which a " + model.cell.upper() + " does not have"
+        reason = (f"it drops the LSTM's cell state c_t, which the {model.cell.upper()} cell does not have"
                   if dropout.scheme == "moon" else "it is implemented for the LSTM only")
         raise ConfigError(f"dropout={dropout.scheme} cannot run on cell={model.cell}: {reason}. Use cell=lstm, "
                           f"or dropout={' / '.join(SINGLE_STATE_SCHEMES)}")
