@@ -164,17 +164,25 @@ def test_help_lists_every_group(tmp_path):
         assert set(options) <= set(listed), group
 
 
-@pytest.mark.parametrize("args,message", [
-    (["dropout=gal"], "Could not find 'dropout/gal'"),
-    (["trainer.epochs_total=3"], "Key 'epochs_total' is not in struct"),
-    (["dropout.input=1.2"], r"dropout.input=1.2 is not a probability in [0, 1)"),
-    (["data.root=/nonexistent"], "/nonexistent does not exist; point it at a folder holding ptb.train.txt"),
+@pytest.mark.parametrize("args,message,run_made", [
+    (["dropout=gal"], "Could not find 'dropout/gal'", False),
+    (["trainer.epochs_total=3"], "Key 'epochs_total' is not in struct", False),
+    (["dropout.input=1.2"], r"dropout.input=1.2 is not a probability in [0, 1)", True),
+    (["data.root=/nonexistent"], "/nonexistent does not exist; point it at a folder holding ptb.train.txt", True),
 ])
-def test_bad_input_gets_a_clear_error(tmp_path, args, message):
+def test_bad_input_gets_a_clear_error(tmp_path, args, message, run_made):
+    """Once on the terminal, no traceback; and where the run's folder was made, in its vdrnn.log too."""
     result = run_cli("train", *args, "trainer.progress=false", cwd=tmp_path, check=False)
     assert result.returncode != 0
-    assert message in result.stderr + result.stdout
+    assert (result.stderr + result.stdout).count(message) == 1
     assert "Traceback" not in result.stderr
+    logs = list(tmp_path.glob("outputs/*/*/vdrnn.log"))
+    if run_made:
+        [log_file] = logs
+        [error] = [line for line in log_file.read_text().splitlines() if "[ERROR]" in line]
+        assert message in error
+    else:  # Hydra refused the command line before making the run's folder
+        assert logs == []
 
 
 def test_unreadable_checkpoint_is_refused_and_kept(tmp_path, tiny_corpus):

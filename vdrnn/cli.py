@@ -49,11 +49,20 @@ def _fail(err: VdrnnError) -> NoReturn:
     it as that job's failure and goes on to the next job (a SystemExit would end the whole sweep there), and once
     the jobs have run, Hydra reports the first failed one and exits with status 1.
     """
-    log.error("%s", err)
+    _write_to_log_file(f"{err}")
     print(f"error: {err}", file=sys.stderr)
     if HydraConfig.get().mode == RunMode.MULTIRUN:
         raise JobFailed(str(err)) from err
     raise SystemExit(2)
+
+
+def _write_to_log_file(message: str) -> None:
+    """Record an error in the run's vdrnn.log only: the terminal gets it once, as `error: ...` on stderr, where a
+    log call would print it a second time through Hydra's console handler."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
 
 
 def _interrupted(run_dir: Path) -> NoReturn:
