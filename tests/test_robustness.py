@@ -104,7 +104,9 @@ def test_a_smoke_runs_step_cap_says_it_stopped_the_run_and_may_be_raised_on_resu
     caplog.set_level("INFO", logger="vdrnn")
     capped = trainer(tmp_path, tiny_corpus, "trainer.epochs=3", "trainer.max_steps=3").fit()
     assert capped["epochs"] == 1 and capped["steps"] == 3
-    assert "stopped at step 3, trainer.max_steps" in caplog.text
+    # Checkpoints mark the ends of epochs: the cut epoch counts as done, and the line says where a rerun goes on.
+    assert ("stopped at step 3, trainer.max_steps (the whole run's cap, for smoke runs): epoch 1 of 3 is the last, and "
+            "counts as done where the cap cut it short, so a rerun with a higher cap goes on with epoch 2") in caplog.text
     raised = trainer(tmp_path, tiny_corpus, "trainer.epochs=3", "trainer.max_steps=100000").fit()
     assert raised["epochs"] == 3 and raised["steps"] > 3
 
@@ -118,6 +120,16 @@ def test_an_empty_or_cut_checkpoint_is_a_checkpoint_error_with_the_fix(tmp_path,
         checkpoint.load(path)
     with pytest.raises(CheckpointError, match=f"checkpoint {tmp_path} is a folder; pass the path of a last.pt"):
         checkpoint.load(tmp_path)
+
+
+def test_an_unreadable_checkpoint_gives_only_the_first_sentence_of_torchs_reason(tmp_path):
+    """torch goes on with advice for other cases (weights_only=False, "your checkpoint file is ..."), cut mid-word."""
+    path = tmp_path / "last.pt"
+    torch.save({"model": {}, "config": {}}, path)
+    path.write_bytes(path.read_bytes()[:100])  # the end of the zip, its central directory, is gone
+    with pytest.raises(CheckpointError, match=r"is unreadable \(RuntimeError: [^;]*central directory\.\); it is") as err:
+        checkpoint.load(path)
+    assert "your checkpoint" not in str(err.value)
 
 
 def test_a_nan_loss_is_a_nan_perplexity_not_inf():

@@ -8,6 +8,7 @@ checkpoint intact, so no run ever loses its last good checkpoint.
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,12 @@ def load(path: str | Path) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for truncated or foreign files
-        # An empty file (what a full disk can leave) raises an EOFError without a message.
+        # An empty file (what a full disk can leave) raises an EOFError without a message. Of torch's message only
+        # the first sentence: the rest is advice for other cases (load with weights_only=False, "your file is ...").
         reason = (str(err).splitlines() or ["the file ends early" if path.stat().st_size else "the file is empty"])[0]
+        reason = re.split(r"(?<=\.)\s", reason, maxsplit=1)[0][:200]
         raise CheckpointError(
-            f"checkpoint {path} is unreadable ({type(err).__name__}: {reason[:200]}); "
+            f"checkpoint {path} is unreadable ({type(err).__name__}: {reason}); "
             f"it is truncated or not a vdrnn checkpoint. To evaluate, use the run's other checkpoint "
             f"(checkpoint=<run>/best.pt or last.pt). Training continues only from a readable last.pt: if this is "
             f"a run's last.pt, move it aside and the run starts afresh in its folder, or start a new run in a new "
