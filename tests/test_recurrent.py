@@ -105,3 +105,17 @@ def test_uniform_init_draws_every_parameter_biases_included_from_the_init_range(
                           make_dropout(DropoutConfig(scheme="none")))
     for name, p in model.named_parameters():
         assert 0.04 < p.abs().max().item() <= 0.05, name  # inside the range, and spread over it
+
+
+def test_the_fast_path_on_the_cpu_says_once_that_the_reference_loop_runs(monkeypatch, caplog):
+    """model.impl=fast without CUDA (nor Triton's interpreter) runs the reference loop, and says so in one log line
+    per cell, not a Python warning with a source line."""
+    from vdrnn import fused
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(fused, "_WARNED", set())
+    cpu = torch.device("cpu")
+    assert [fused.kernels_or_fallback(cpu, "vdrnn.fused") for _ in range(2)] == [False, False]
+    lines = [r.getMessage() for r in caplog.records if r.name == "vdrnn"]
+    assert lines == ["vdrnn.fused: the Triton kernels need CUDA (or TRITON_INTERPRET=1), so the reference loop runs "
+                     "instead (model.impl=auto picks it on the CPU without this line)"]

@@ -85,8 +85,8 @@ without the interpreter (or without Triton) ``lstm_fused`` runs the reference lo
 
 from __future__ import annotations
 
+import logging
 import os
-import warnings
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -94,6 +94,8 @@ from torch.autograd.function import once_differentiable
 from vdrnn import gemm
 from vdrnn.dropout import LayerMasks
 from vdrnn.recurrent import GATES, lstm_reference
+
+log = logging.getLogger("vdrnn")
 
 _KERNELS = None  # (fwd_step, bwd_step) once built
 _WARNED: set[str] = set()  # modules that have said they fall back to the reference loop
@@ -141,8 +143,8 @@ def kernels_or_fallback(device: torch.device, module: str) -> bool:
     if available(device):
         return True
     if module not in _WARNED:
-        warnings.warn(f"{module}: Triton kernels need CUDA (or TRITON_INTERPRET=1); running the reference loop "
-                      "instead", stacklevel=3)  # points at the caller of lstm_fused / gru_fused
+        log.warning("%s: the Triton kernels need CUDA (or TRITON_INTERPRET=1), so the reference loop runs instead "
+                    "(model.impl=auto picks it on the CPU without this line)", module)
         _WARNED.add(module)
     return False
 
