@@ -163,6 +163,12 @@ def test_an_option_added_since_a_checkpoint_may_only_take_its_default_on_resume(
         check_resumable(saved, {"trainer": {"epochs": 3, "select": "mc"}}, Path("last.pt"), defaults)
 
 
+def test_a_refused_resume_quotes_an_unset_value_as_null():
+    """None is flattened to the string "null" (for TensorBoard); the error writes it as the command line would."""
+    with pytest.raises(ConfigError, match=r"\(dropout.hidden: null -> 0.3\)"):
+        check_resumable({"dropout": {"hidden": None}}, {"dropout": {"hidden": 0.3}}, Path("last.pt"))
+
+
 def test_best_checkpoint_is_not_a_resume_point(tmp_path, tiny_corpus):
     common = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1"]
     run_cli("train", *common, "hydra.run.dir=first", cwd=tmp_path)

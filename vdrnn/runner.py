@@ -177,11 +177,17 @@ def check_resumable(saved: dict[str, Any], now: dict[str, Any], path: Path,
     changed = sorted(k for k in before.keys() & after.keys()
                      if before[k] != after[k] and (not key_among(k, RESUMABLE_CHANGES) or key_among(k, fixed)))
     if changed:
-        diff = ", ".join(f"{k}: {before[k]!r} -> {after[k]!r}" for k in changed)
+        diff = ", ".join(f"{k}: {shown(before[k])} -> {shown(after[k])}" for k in changed)
         # init_from starts a new run from a checkpoint's weights; sentiment runs do not take it.
         weights = " (init_from=<checkpoint> starts from its weights)" if saved.get("data", {}).get("name") == "ptb" else ""
         raise ConfigError(f"cannot resume {path} with other settings ({diff}). Resume with the run's own settings, "
                           f"or start a new run in a new output dir{weights}")
+
+
+def shown(value: Any) -> str:
+    """A flattened config value as an error quotes it: ``'sgd'``, ``0.3``, and None (which flatten writes as the
+    string "null", for TensorBoard) as ``null``."""
+    return "null" if value == "null" else repr(value)
 
 
 class EpochTrainer:
