@@ -7,8 +7,8 @@
                                         # that differs from the committed one (plots are not compared)
 
 A results folder's tables come from its own runs/ and, for the folders in EXTRA_RUNS, from runs kept elsewhere
-that they are compared with; the folders in POOLED pool seeds across a setting (`vdrnn report --pool`). The check is what keeps a table from being edited by hand or left behind by a change
-to `vdrnn report`.
+that they are compared with; the folders in POOLED pool seeds across a setting (`vdrnn report --pool`). The check
+is what keeps a table from being edited by hand or left behind by a change to `vdrnn report`.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def _fail(err: VdrnnError) -> NoReturn:
     it as that job's failure and goes on to the next job (a SystemExit would end the whole sweep there), and once
     the jobs have run, Hydra reports the first failed one and exits with status 1.
     """
-    _write_to_log_file(f"{err}")
+    _write_to_log_file(str(err))
     print(f"error: {err}", file=sys.stderr)
     if HydraConfig.get().mode == RunMode.MULTIRUN:
         raise JobFailed(str(err)) from err
