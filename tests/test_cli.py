@@ -274,3 +274,17 @@ def test_ctrl_c_says_what_the_run_keeps_and_the_advised_rerun_continues_from_it(
     with pytest.raises(SystemExit):
         cli_in_process(monkeypatch, tmp_path / "early", overrides).train_command(composed(*overrides))
     assert f"no epoch had finished, so {tmp_path / 'early'} holds nothing to continue from" in caplog.text
+
+
+def test_ctrl_c_in_eval_ends_it_with_a_line_and_no_eval_json(tmp_path, tiny_corpus, tiny_checkpoint, monkeypatch,
+                                                            caplog):
+    from vdrnn import train
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "evaluate", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        evaluate_in_process(monkeypatch, tmp_path / "eval", f"checkpoint={tiny_checkpoint}", f"data.root={tiny_corpus}")
+    assert stopped.value.code == 130 and "interrupted; no eval.json was written" in caplog.text
+    assert not (tmp_path / "eval" / "eval.json").exists()

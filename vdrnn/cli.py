@@ -127,6 +127,9 @@ def eval_command(cfg: DictConfig) -> None:
         metrics["config"] = run_raw
     except VdrnnError as err:
         _fail(err)
+    except KeyboardInterrupt:
+        log.warning("interrupted; no eval.json was written")
+        raise SystemExit(130) from None
     out = Path(HydraConfig.get().runtime.output_dir) / "eval.json"
     out.write_text(json.dumps(metrics, indent=2) + "\n")
     # The numbers on the terminal; the config and the reliability diagrams' bins only in the file.
