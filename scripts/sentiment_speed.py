@@ -37,6 +37,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 1:  # the time per step is taken over the steps after the warm-up one
         parser.error(f"--steps {args.steps}: at least 1")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: CUDA is not available here; leave --device out to time the CPU")
     batch, length, vocab = 128, 200, 20_000
     for cell, impl in ((c, i) for c in args.cells for i in args.impls):
         for name, dropout in SCHEMES.items():

@@ -113,6 +113,12 @@ def test_too_few_timed_steps_are_refused_with_the_minimum(bench, monkeypatch, ca
     assert "--steps 0: at least 1" in capsys.readouterr().err
 
 
+def test_sentiment_speed_refuses_cuda_where_there_is_none(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert exit_of(load("sentiment_speed").main, monkeypatch, "--device", "cuda").code == 2
+    assert "--device cuda: CUDA is not available here" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 def test_kernel_ptx_types_pointers_by_name_and_refuses_an_argument_it_cannot_type():
     # In a subprocess: kernel_ptx imports Triton for the compiler, which must not happen in this process before

@@ -34,7 +34,8 @@ commands:
   eval    evaluate a checkpoint:  vdrnn eval checkpoint=outputs/.../best.pt eval=mc eval.samples=1000
   report  tabulate runs:          vdrnn report multirun/2026-11-26 --out results/ptb
 
-`vdrnn <command> --help` lists every config group, option and key.
+`vdrnn <command> --help` lists every config group, option and key (`vdrnn train dataset=imdb --help`: a sentiment
+run's keys).
 """
 
 
