@@ -203,10 +203,10 @@ def build(cls, values: dict[str, Any], where: str, derived: dict[str, tuple[Any,
     return built
 
 
-# The top level of a composed config (conf/config.yaml and its groups' choices). Hydra appends any other key given
-# with a `+` (its own hint for a mistyped group, `+datset=ptb`), which no code would then read.
-TOP_LEVEL = ("data", "model", "cell", "dropout", "trainer", "eval", "seed", "device", "resume", "checkpoint",
-             "init_from", "paper")
+# The top level of a composed config: a run config's fields, the cell group (folded into model) and the preset's
+# paper numbers (read by `vdrnn report`). Hydra appends any other key given with a `+` (its own hint for a mistyped
+# group, `+datset=ptb`), which no code would then read.
+TOP_LEVEL = (*(f.name for f in fields(RunConfig)), "cell", "paper")
 
 
 def run_settings(raw: dict[str, Any]) -> tuple[int, str]:
