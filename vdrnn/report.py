@@ -737,9 +737,9 @@ def write_table(lines: list[list[str]], columns: list[str], stem: Path) -> str:
 NAMING_SETTINGS = ("dropout", "cell", "paper", "model.hidden_size")
 
 
-def check_pooled(folders: list[Path], pooled: tuple[str, ...]) -> None:
-    """Refuse a ``--pool`` key that would pool nothing without a word: one that names rows, one that never splits
-    them (the seed), or one no run has (a typo)."""
+def check_poolable(pooled: tuple[str, ...]) -> None:
+    """Refuse a ``--pool`` key that would pool nothing without a word: one that names rows, or one that never
+    splits them (the seed)."""
     for name in pooled:
         if key_among(name, NAMING_SETTINGS) or any(key_among(key, (name,)) for key in NAMING_SETTINGS):
             raise SystemExit(f"error: --pool {name}: the scheme, dropout probabilities, cell and size name a row "
@@ -748,7 +748,11 @@ def check_pooled(folders: list[Path], pooled: tuple[str, ...]) -> None:
         if key_among(name, NOT_SETTINGS):
             raise SystemExit(f"error: --pool {name}: runs that differ only there are one row already "
                              f"({', '.join(NOT_SETTINGS)} never set runs apart)")
-    known = {key for _, metrics in find_runs(folders) for key in run_settings(metrics.get("config") or {})}
+
+
+def check_pooled_keys_exist(folders: list[Path], rows: list[Row], pooled: tuple[str, ...]) -> None:
+    """Refuse a ``--pool`` key that no run of ``rows`` has (a typo), which would pool nothing without a word."""
+    known = {key for row in rows for run in row.runs for key in run_settings(run.get("config") or {})}
     unknown = [name for name in pooled if not any(key_among(key, (name,)) for key in known)]
     if unknown:
         raise SystemExit(f"error: --pool {', '.join(unknown)}: no run under {', '.join(map(str, folders))} has that "
@@ -758,10 +762,11 @@ def check_pooled(folders: list[Path], pooled: tuple[str, ...]) -> None:
 def write_report(folders: list[Path], out: Path, pooled: tuple[str, ...] = ()) -> tuple[str, list[Path]]:
     """Write the tables and plots of every run under ``folders`` into ``out``: (the tables as text, files written).
     Runs that differ only in ``pooled`` settings are seeds of one row."""
+    check_poolable(pooled)
     rows = collect_ptb(folders, pooled)
     sentiment = collect_sentiment(folders, pooled)
     check_found(folders, bool(rows or sentiment))
-    check_pooled(folders, pooled)
+    check_pooled_keys_exist(folders, [*rows, *(row for group in sentiment.values() for row in group)], pooled)
     out.mkdir(parents=True, exist_ok=True)
     texts, written = [], []
     if rows:
