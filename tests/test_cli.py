@@ -154,7 +154,8 @@ def test_a_failing_sweep_job_fails_alone_and_the_next_job_still_runs(tmp_path, t
 
 def test_help_lists_every_group(tmp_path):
     out = run_cli("train", "--help", cwd=tmp_path).stdout
-    lines = {line.split(":")[0]: line for line in out.splitlines() if ": " in line}
+    groups = out.split("== Configuration groups ==\n")[1].split("\n\n")[0].replace("\n  ", " ")  # unwrapped
+    lines = {line.split(":")[0]: line for line in groups.splitlines()}
     expected = {"dataset": ["ptb"], "model": ["small", "medium", "large", "awd"], "cell": ["lstm"],
                 "dropout": ["none", "zaremba", "moon", "moon_emb", "variational", "variational_untied", "gaussian",
                             "gaussian_untied", "awd"],
@@ -162,6 +163,30 @@ def test_help_lists_every_group(tmp_path):
     for group, options in expected.items():
         listed = lines[group].split(": ", 1)[1].split(", ")
         assert set(options) <= set(listed), group
+
+
+def test_help_explains_each_key_of_the_config_the_command_line_composes(tmp_path):
+    """`vdrnn train dataset=imdb experiment=... --help`: the values that run would get, each with the comment of the
+    first file composed that explains it (eval/mc.yaml's for eval.samples, not the experiment's remark on 50)."""
+    out = run_cli("train", "experiment=imdb_lstm_variational", "trainer.epochs=7", "--help", cwd=tmp_path).stdout
+    lines = [line.split("#")[0].strip() + " # " + line.split("#", 1)[1].strip() for line in out.splitlines()
+             if ": " in line and "#" in line]
+    assert "max_length: 200 # tokens kept per review, its last 200 (Gal's maxlen; Keras keeps the end)" in lines
+    assert "samples: 50 # stochastic passes averaged (Gal's T)" in lines
+    assert "epochs: 7 # passes over the training data (fewer under max_steps or max_minutes)" in lines
+    assert "# composed from dataset=imdb, model=sentiment, cell=lstm, dropout=variational, eval=mc, " \
+           "experiment=imdb_lstm_variational" in out.replace("\n#   ", " ")
+    assert max(len(line) for line in out.splitlines()) <= 118
+
+
+@pytest.mark.parametrize("args,message", [
+    (["dataset=nope", "--help"], "Could not find 'dataset/nope'"),
+    (["-m", "dropout=none,zaremba", "--help"], "--help shows the config of one run: drop -m"),
+])
+def test_help_refuses_what_composes_no_run(tmp_path, args, message):
+    result = run_cli("train", *args, cwd=tmp_path, check=False)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+    assert "Config search path" not in result.stderr
 
 
 @pytest.mark.parametrize("args,message,run_made", [

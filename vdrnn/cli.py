@@ -1,7 +1,7 @@
 """The `vdrnn` command: `vdrnn train [overrides]`, `vdrnn eval checkpoint=PATH [overrides]`, `vdrnn report DIR...`.
 
 `train` and `eval` are Hydra applications over the same config tree (conf/, shipped as vdrnn.conf),
-so `--help`, `-m` sweeps, `--cfg job` and every override work the same way for both. `report` reads
+so `-m` sweeps, `--cfg job` and every override work the same way for both; their `--help` is vdrnn.help's. `report` reads
 finished runs and takes plain arguments.
 """
 
@@ -34,8 +34,8 @@ commands:
   eval    evaluate a checkpoint:  vdrnn eval checkpoint=outputs/.../best.pt eval=mc eval.samples=1000
   report  tabulate runs:          vdrnn report multirun/2026-11-26 --out results/ptb
 
-`vdrnn <command> --help` lists every config group, option and key (`vdrnn train dataset=imdb --help`: a sentiment
-run's keys).
+`vdrnn <command> --help` lists every config group and option, and every key with what it means (`vdrnn train
+dataset=imdb --help`: a sentiment run's keys).
 """
 
 
@@ -140,6 +140,18 @@ def eval_command(cfg: DictConfig) -> None:
           else f"written to {out}, with the config it ran")
 
 
+def _print_help(command: str, overrides: list[str]) -> None:
+    """Groups and the config the overrides compose, each key with its meaning (vdrnn.help); replaces Hydra's --help,
+    which prints the same config without the comments that explain it."""
+    from vdrnn.help import config_help
+
+    try:
+        print(config_help(command, quote_paths(overrides)))
+    except VdrnnError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 COMMANDS = {"train": train_command, "eval": eval_command}
 
 # Options whose values are file paths. A sweep's job folders are named by their overrides
@@ -177,6 +189,12 @@ def main(argv: list[str] | None = None) -> None:
     if command not in COMMANDS:
         print(f"error: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         raise SystemExit(2)
+    if "--help" in rest or "-h" in rest:
+        if "-m" in rest or "--multirun" in rest:
+            print("error: --help shows the config of one run: drop -m and give one value per key", file=sys.stderr)
+            raise SystemExit(2)
+        _print_help(command, [arg for arg in rest if not arg.startswith("-")])
+        return
     # Hydra reads sys.argv itself; give it the overrides and a program name for --help.
     sys.argv = [f"vdrnn {command}", *quote_paths(rest)]
     COMMANDS[command]()

@@ -1,0 +1,153 @@
+"""`vdrnn train --help`: the config groups and the composed config, each key with what it means.
+
+Hydra's own --help prints the composed config without the comments that explain its keys, because YAML comments
+do not survive loading. The comments in conf/ are the keys' documentation, so this reads them from the files the
+command line composes and prints each beside its key:
+
+    dropout:
+      embedding: 0.2            # word-type (embedding row) dropout
+
+A key takes the first comment that describes it in composition order: conf/config.yaml, which documents every
+key it declares, then the group files (dataset, model, cell, dropout, eval, experiment), whose comments document
+the keys config.yaml leaves to them. An experiment's remarks on its own values ("Gal's T = 50") stay in its file.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from importlib import resources
+
+import yaml
+from hydra import compose, initialize_config_module
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from vdrnn.errors import ConfigError
+
+CONFIG_MODULE = "vdrnn.conf"
+WIDTH = 118  # the longest line the annotated config prints
+KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_]\w*):(?P<rest>.*)$")
+COMMENT = re.compile(r"(?:^|\s)#\s?(?P<text>.*)$")  # a `#` that starts a comment, not one inside a word
+
+HEADER = {"train": "vdrnn train: train a model; pick one option per group and override any key:",
+          "eval": "vdrnn eval: evaluate a checkpoint (checkpoint=PATH) with the eval options and keys below:"}
+
+
+def key_comments(text: str, package: str) -> dict[str, str]:
+    """The comment beside each key of one YAML file, under its dotted path (``package`` prefixed, e.g. `data`).
+
+    A comment goes on across the comment-only lines below it that are indented beyond its key, as conf/ writes the
+    long ones; a comment on a line of its own elsewhere (a file's or a section's header) describes no single key.
+    """
+    comments: dict[str, str] = {}
+    path: list[tuple[int, str]] = []  # (indent, key) of the mapping the current line is in, outermost first
+    current, current_indent = None, 0  # the key whose comment a following comment-only line continues
+    for line in text.splitlines():
+        stripped = line.lstrip()
+        match = KEY_LINE.match(line)
+        if match:
+            indent = len(match["indent"])
+            path = [(i, key) for i, key in path if i < indent] + [(indent, match["key"])]
+            comment = COMMENT.search(match["rest"])
+            current = ".".join(filter(None, [package, *(key for _, key in path)])) if comment else None
+            current_indent = indent
+            if comment:
+                comments[current] = comment["text"].strip()
+        elif current and stripped.startswith("#") and len(line) - len(stripped) > current_indent:
+            comments[current] += " " + stripped[1:].strip()
+        else:
+            current = None
+    return comments
+
+
+def _package(text: str, group: str) -> str:
+    """Where a file's keys land: its `# @package` line, else its group (Hydra's default)."""
+    match = re.search(r"^# @package (\S+)", text, re.MULTILINE)
+    package = match[1] if match else group
+    return "" if package == "_global_" else package
+
+
+def _file_chain(group: str, option: str) -> list[str]:
+    """The texts of group/option.yaml and, after it, of the options of its own group it builds on (its `defaults:`
+    entries that name a bare option, e.g. experiment/imdb_lstm_variational_tuned -> imdb_lstm_variational, or
+    dropout/variational_untied -> variational@dropout; `override /group: option` entries are in the choices)."""
+    text = resources.files(CONFIG_MODULE).joinpath(group, f"{option}.yaml").read_text()
+    parents = [entry.split("@")[0] for entry in (yaml.safe_load(text) or {}).get("defaults", [])
+               if isinstance(entry, str) and entry != "_self_"]
+    return [text] + [chained for parent in parents for chained in _file_chain(group, parent)]
+
+
+def descriptions(choices: dict[str, str | None]) -> dict[str, str]:
+    """Each key's description for a config composed from ``choices`` (group -> option), first comment first."""
+    found: dict[str, str] = {}
+    sources = [(resources.files(CONFIG_MODULE).joinpath("config.yaml").read_text(), "")]
+    for group in groups():
+        if choices.get(group):
+            sources += [(text, _package(text, group)) for text in _file_chain(group, choices[group])]
+    for text, package in sources:
+        for key, comment in key_comments(text, package).items():
+            found.setdefault(key, comment)
+    return found
+
+
+def groups() -> dict[str, list[str]]:
+    """The config groups and their options, in the order config.yaml's defaults compose them."""
+    conf = resources.files(CONFIG_MODULE)
+    order = [next(iter(entry)) for entry in yaml.safe_load(conf.joinpath("config.yaml").read_text())["defaults"]
+             if isinstance(entry, dict)]
+    return {group: sorted(item.name.removesuffix(".yaml") for item in conf.joinpath(group).iterdir()
+                          if item.name.endswith(".yaml")) for group in order}
+
+
+def annotate(config_yaml: str, described: dict[str, str]) -> str:
+    """``config_yaml`` (OmegaConf's block YAML) with each key's description after it, wrapped to WIDTH."""
+    lines = config_yaml.splitlines()
+    column = max(len(line) for line in lines if len(line) <= 38) + 2  # longer lines get their text below them
+    out, path = [], []
+    for line in lines:
+        match = KEY_LINE.match(line)
+        if not match:
+            out.append(line)
+            continue
+        indent = len(match["indent"])
+        path = [(i, key) for i, key in path if i < indent] + [(indent, match["key"])]
+        text = described.get(".".join(key for _, key in path))
+        if not text:
+            out.append(line)
+            continue
+        wrapped = textwrap.wrap(text, WIDTH - column - 2)
+        if len(line) + 2 > column:  # a long value (a path): its description on the lines below
+            out.append(line)
+            out += [f"{'':<{column}}# {rest}" for rest in wrapped]
+            continue
+        out.append(f"{line:<{column}}# {wrapped[0]}")
+        out += [f"{'':<{column}}# {rest}" for rest in wrapped[1:]]
+    return "\n".join(out)
+
+
+def composed(overrides: list[str]) -> tuple[DictConfig, dict[str, str | None]]:
+    """The config a run with ``overrides`` gets (without Hydra's own keys), and its choice of each group."""
+    try:
+        with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    except HydraException as err:  # an unknown option or key, as a run would be refused for (less the search path)
+        raise ConfigError(str(err).split("\nConfig search path:")[0].strip()) from None
+    choices = dict(cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg, choices
+
+
+def config_help(command: str, overrides: list[str]) -> str:
+    """The help text of `vdrnn <command> [overrides] --help`."""
+    cfg, choices = composed(overrides)
+    group_lines = "\n".join(textwrap.fill(f"{group}: {', '.join(options)}", WIDTH, subsequent_indent="  ",
+                                          break_on_hyphens=False) for group, options in groups().items())
+    chosen = ", ".join(f"{group}={choices[group]}" for group in groups() if choices.get(group))
+    return (f"{HEADER[command]}\n  vdrnn {command} group=option key=value ...   (-m sweeps comma-separated values)\n\n"
+            f"== Configuration groups ==\n{group_lines}\n\n"
+            f"== Config ==\n{textwrap.fill(f'# composed from {chosen}', WIDTH, subsequent_indent='#   ')}\n"
+            f"{annotate(OmegaConf.to_yaml(cfg).rstrip(), descriptions(choices))}\n\n"
+            + textwrap.fill(f"Options and keys before --help show the config a run with them gets (`vdrnn {command} "
+                            f"dataset=imdb --help`: a sentiment run's); --hydra-help lists Hydra's own flags.", WIDTH))
