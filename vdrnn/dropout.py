@@ -430,8 +430,9 @@ class VariationalDropout(DropoutScheme):
     ``dropout.locked_mask=batch`` every mask is drawn once per minibatch and shared by its sequences:
     [1, D] ([1, G, D] untied) instead of [B, D] ([B, G, D]).
 
-    Also, each fixed over time and per sample: word-type dropout on the embedding (one draw per word
-    type per sequence), and z_o [B, H] on the last layer's output. Each layer's input mask z_x acts on
+    Also, each fixed over time: word-type dropout on the embedding (one draw per word type per sequence,
+    or per minibatch with ``dropout.embedding_mask=batch``), and z_o [B, H] on the last layer's output
+    ([1, H] with ``locked_mask=batch``). Each layer's input mask z_x acts on
     the embedding output (layer 1) or on the output of the layer below.
     """
 
