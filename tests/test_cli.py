@@ -172,7 +172,7 @@ def test_help_explains_each_key_of_the_config_the_command_line_composes(tmp_path
     lines = [line.split("#")[0].strip() + " # " + line.split("#", 1)[1].strip() for line in out.splitlines()
              if ": " in line and "#" in line]
     assert "max_length: 200 # tokens kept per review, its last 200 (Gal's maxlen; Keras keeps the end)" in lines
-    assert "samples: 50 # stochastic passes averaged (Gal's T)" in lines
+    assert "samples: 50 # stochastic passes averaged (Gal's T; 50 in the sentiment presets)" in lines
     assert "epochs: 7 # passes over the training data (fewer under max_steps or max_minutes)" in lines
     assert "# composed from dataset=imdb, model=sentiment, cell=lstm, dropout=variational, eval=mc, " \
            "experiment=imdb_lstm_variational" in out.replace("\n#   ", " ")

@@ -297,9 +297,11 @@ def test_eval_without_evaluation_settings_runs_the_checkpoints_own():
     assert line["eval"]["mode"] == "scale" and trained["eval"] == {**trained["eval"], "samples": 50,
                                                                    "word_dropout": True, "mode": "mc"}
     assert eval_config(line, trained, {"checkpoint"})["eval"] == trained["eval"]
-    switched = eval_config(to_container(composed("checkpoint=x.pt", "eval=scale", "eval.word_dropout=false")), trained,
-                           {"checkpoint", "eval", "eval.word_dropout"})
-    assert switched["eval"] == {**trained["eval"], "mode": "scale", "word_dropout": False}
+    switched = eval_config(to_container(composed("checkpoint=x.pt", "eval=scale")), trained, {"checkpoint", "eval"})
+    assert switched["eval"] == {**trained["eval"], "mode": "scale"}
+    changed = eval_config(to_container(composed("checkpoint=x.pt", "eval.word_dropout=false")), trained,
+                          {"checkpoint", "eval.word_dropout"})
+    assert changed["eval"] == {**trained["eval"], "word_dropout": False}
     older = {**trained, "eval": {"mode": "mc", "samples": 50}}  # a checkpoint from before eval.mc_masks existed
     assert eval_config(line, older, {"checkpoint"})["eval"]["mc_masks"] == line["eval"]["mc_masks"]
 
@@ -307,8 +309,36 @@ def test_eval_without_evaluation_settings_runs_the_checkpoints_own():
 @pytest.mark.parametrize("given", [{"model.hidden_size"}, {"dataset"}, {"dropout.recurrent", "data.batch_size"}])
 def test_eval_refuses_settings_it_would_ignore(given):
     trained = to_container(composed())
-    with pytest.raises(ConfigError, match="takes the model, data and dropout settings from the checkpoint"):
+    with pytest.raises(ConfigError, match="runs the checkpoint under the settings it was trained with"):
         eval_config(to_container(composed()), trained, {"checkpoint", *given})
+
+
+def test_eval_of_a_sentiment_checkpoint_refuses_the_language_model_s_data_keys():
+    """data.eval_max_tokens and data.test_batch_size are PTB's: a sentiment checkpoint is refused them by vdrnn eval,
+    naming why (not by the sentiment config's unknown-key error, after the merge), and told the keys it takes."""
+    trained = to_container(composed("experiment=imdb_lstm_variational"))
+    line = to_container(composed("checkpoint=x.pt", "data.eval_max_tokens=500", "data.eval_batch_size=64"))
+    with pytest.raises(ConfigError, match=r"data.eval_max_tokens would be ignored: drop it \(data.eval_max_tokens: "
+                                          r"language models only, and this is a imdb checkpoint\). It takes .*"
+                                          r"and where given eval, data.eval_batch_size, trainer.amp, model.impl$"):
+        eval_config(line, trained, {"checkpoint", "data.eval_max_tokens", "data.eval_batch_size"})
+    assert eval_config(line, trained, {"checkpoint", "data.eval_batch_size"})["data"]["eval_batch_size"] == 64
+    ptb = to_container(composed())
+    assert eval_config(line, ptb, {"checkpoint", "data.eval_max_tokens"})["data"]["eval_max_tokens"] == 500
+
+
+def test_eval_refuses_mc_keys_for_a_weight_scaling_evaluation():
+    """eval.samples with a checkpoint trained under eval=scale (or with eval=scale given) would change nothing."""
+    trained = to_container(composed())  # eval=scale
+    with pytest.raises(ConfigError, match=r"eval.samples is for MC dropout, and this evaluation is weight scaling "
+                                          r"\(eval=scale, the checkpoint's\): add eval=mc"):
+        eval_config(to_container(composed("eval.samples=10")), trained, {"checkpoint", "eval.samples"})
+    mc = eval_config(to_container(composed("eval=mc", "eval.samples=10")), trained, {"checkpoint", "eval", "eval.samples"})
+    assert (mc["eval"]["mode"], mc["eval"]["samples"]) == ("mc", 10)
+    preset = to_container(composed("experiment=imdb_lstm_variational"))  # eval=mc
+    with pytest.raises(ConfigError, match=r"are for MC dropout.*\(eval=scale, given\)"):
+        eval_config(to_container(composed("eval=scale", "eval.samples=10", "eval.batch=5")), preset,
+                    {"checkpoint", "eval", "eval.samples", "eval.batch"})
 
 
 def changed_keys(base: str, preset: str) -> set[str]:

@@ -31,3 +31,22 @@ def test_annotate_puts_each_description_beside_its_key_and_a_long_value_s_below_
     assert lines[2] == "  root: " + "/x" * 30 and lines[3].startswith(" " * 13 + "# a folder a folder")
     assert all(len(line) <= 118 for line in lines) and len(lines) > 5  # wrapped, and continued at the column
     assert lines[-3:] == ["  name: ptb  # the task", "paper:       # a row", "  row: Gal"]
+
+
+def test_eval_help_shows_only_the_keys_vdrnn_eval_takes():
+    """Everything else comes from the checkpoint (and given, would be refused): eval's help lists what it takes."""
+    from vdrnn.config import EVAL_ALWAYS, EVAL_WHEN_GIVEN, EVAL_WHEN_GIVEN_LM, key_among
+    from vdrnn.help import config_help
+
+    text = config_help("eval", [])
+    config = text.split("== Config ==\n")[1].split("\n\n")[0]
+    keys, path = [], []
+    for line in config.splitlines()[1:]:  # after "# composed from eval=scale"
+        if not line.lstrip().startswith("#"):
+            indent = len(line) - len(line.lstrip())
+            path = path[: indent // 2] + [line.split(":")[0].strip()]
+            keys.append(".".join(path))
+    leaves = [key for key in keys if not any(other.startswith(key + ".") for other in keys)]
+    assert all(key_among(key, (*EVAL_ALWAYS, *EVAL_WHEN_GIVEN, *EVAL_WHEN_GIVEN_LM)) for key in leaves)
+    assert {"checkpoint", "data.eval_max_tokens", "eval.samples", "trainer.amp", "model.impl"} <= set(leaves)
+    assert "== Configuration groups ==\neval: mc, scale\n\n" in text

@@ -350,3 +350,20 @@ def test_curve_panels_go_small_medium_large_then_other_sizes(tmp_path, monkeypat
     monkeypatch.setattr(report, "save_curves", save_curves)
     report.plot_ptb(report.collect_ptb([tmp_path / "runs"]), tmp_path / "plot.png")
     assert titles == [f"PTB {size}: validation perplexity" for size in ("small", "medium", "large", "300 units")]
+
+
+def test_runs_that_finished_no_epoch_are_named_in_a_warning_and_evaluations_are_not(tmp_path, capsys):
+    """A sweep's refused job holds only vdrnn.log (and .hydra/): without a word the table would just lack a seed."""
+    runs = tmp_path / "runs"
+    fake_ptb_run(runs / "s1", 1, [])
+    for folder in ("refused", "evaluated"):
+        (runs / folder).mkdir()
+        (runs / folder / "vdrnn.log").write_text("[ERROR] - dropout.input=1.2 is not a probability in [0, 1)\n")
+    (runs / "evaluated" / "eval.json").write_text("{}")
+    [row] = ptb_rows(tmp_path)
+    err = capsys.readouterr().err
+    assert "warning: leaving out runs that finished no epoch" in err and str(runs / "refused") in err
+    assert str(runs / "evaluated") not in err
+    (runs / "s1" / "metrics.json").unlink()
+    with pytest.raises(SystemExit, match=r"no metrics.json under .*runs that finished no epoch: .*refused"):
+        report.write_report([runs], tmp_path / "out")

@@ -28,7 +28,8 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, tiny_corpus, variant):
     # Interrupted after epoch 1, then restarted in the same output dir with the full budget.
     run_cli("train", *common, "trainer.epochs=1", "hydra.run.dir=resumed", cwd=tmp_path)
     result = run_cli("train", *common, "trainer.epochs=3", "hydra.run.dir=resumed", cwd=tmp_path)
-    assert "resumed from" in result.stderr + result.stdout
+    assert "after epoch 1 (step" in result.stderr + result.stdout
+    assert "with changed settings: trainer.epochs: 1 -> 3" in result.stderr + result.stdout
     straight, resumed = history(tmp_path / "straight"), history(tmp_path / "resumed")
     assert [r["epoch"] for r in resumed] == [1, 2, 3]
     for a, b in zip(straight, resumed, strict=True):
@@ -144,7 +145,11 @@ def test_a_history_cut_short_mid_line_is_read_without_its_torn_last_line(tmp_pat
 def test_options_added_since_a_checkpoint_do_not_block_its_resume():
     saved = {"model": {"hidden_size": 16}, "trainer": {"epochs": 1}}
     now = {"model": {"hidden_size": 16, "init": "uniform"}, "trainer": {"epochs": 3, "lr": 0.5}}
-    check_resumable(saved, now, Path("last.pt"))  # model.init is new, epochs and lr may change
+    # model.init is new (not a change), epochs and lr may change, and the changes are named for the resume's log line
+    assert check_resumable(saved, now, Path("last.pt")) == "trainer.epochs: 1 -> 3"
+    assert check_resumable({**saved, "resume": None}, {**now, "resume": "a/last.pt"}, Path("last.pt")) == \
+        "trainer.epochs: 1 -> 3"  # resume= names the checkpoint; it changes nothing of the run
+    assert check_resumable(saved, saved, Path("last.pt")) == ""
     with pytest.raises(ConfigError, match=r"model.hidden_size: 16 -> 32"):
         check_resumable(saved, {"model": {"hidden_size": 32}}, Path("last.pt"))
     # trainer.lr may change, trainer.lr_decay (the schedule) may not: whole key names, not prefixes

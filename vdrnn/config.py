@@ -276,8 +276,14 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
 # gives: always the device, seed and where the data is; and, when given, the evaluation settings and the
 # settings that change speed or memory but not the model (batch sizes, precision, implementation).
 EVAL_ALWAYS = ("device", "seed", "checkpoint", "data.root")
-EVAL_WHEN_GIVEN = ("eval", "data.eval_batch_size", "data.test_batch_size", "data.eval_max_tokens", "trainer.amp",
-                   "model.impl")
+EVAL_WHEN_GIVEN = ("eval", "data.eval_batch_size", "trainer.amp", "model.impl")
+EVAL_WHEN_GIVEN_LM = ("data.test_batch_size", "data.eval_max_tokens")  # PTB's data only
+MC_ONLY = ("eval.samples", "eval.batch", "eval.word_dropout", "eval.mc_masks")
+
+
+def eval_changes(trained: dict[str, Any]) -> tuple[str, ...]:
+    """The keys `vdrnn eval` takes when given, for a checkpoint trained with config ``trained``."""
+    return EVAL_WHEN_GIVEN + (EVAL_WHEN_GIVEN_LM if trained["data"]["name"] == "ptb" else ())
 
 
 def is_smoke(raw: dict[str, Any]) -> bool:
@@ -309,12 +315,17 @@ def eval_config(raw: dict[str, Any], trained: dict[str, Any], given: set[str]) -
     """The config `vdrnn eval` runs: ``trained`` (the checkpoint's) with what ``raw`` (the command line's composed
     config) may change: device, seed, data location, and where given the evaluation settings, batch sizes,
     precision and implementation. ``given``: the keys the command line set. Any other key given would be silently
-    ignored, so it is refused."""
-    ignored = sorted(k for k in given if not key_among(k, (*EVAL_ALWAYS, *EVAL_WHEN_GIVEN, "hydra")))
+    ignored, so it is refused, as are MC dropout's keys for a weight-scaling evaluation."""
+    changes = eval_changes(trained)
+    ignored = sorted(k for k in given if not key_among(k, (*EVAL_ALWAYS, *changes, "hydra")))
     if ignored:
-        raise ConfigError(f"vdrnn eval takes the model, data and dropout settings from the checkpoint, so "
-                          f"{', '.join(ignored)} would be ignored: drop {'them' if len(ignored) > 1 else 'it'}. It "
-                          f"takes {', '.join(EVAL_ALWAYS)} and {', '.join(EVAL_WHEN_GIVEN)}")
+        lm_only = [k for k in ignored if key_among(k, EVAL_WHEN_GIVEN_LM)]
+        raise ConfigError(
+            f"vdrnn eval runs the checkpoint under the settings it was trained with (model, data, dropout, training), "
+            f"so {', '.join(ignored)} would be ignored: drop {'them' if len(ignored) > 1 else 'it'}"
+            + (f" ({', '.join(lm_only)}: language models only, and this is a {trained['data']['name']} checkpoint)"
+               if lm_only else "")
+            + f". It takes {', '.join(EVAL_ALWAYS)}, and where given {', '.join(changes)}")
     merged = {key: dict(value) if isinstance(value, dict) else value for key, value in trained.items()}
     # The run's own evaluation settings (its preset's MC samples, word-type dropout, ...) unless the command line
     # gives them: `vdrnn eval checkpoint=...` alone reproduces the run's test numbers. A group choice (eval=mc) sets
@@ -322,10 +333,16 @@ def eval_config(raw: dict[str, Any], trained: dict[str, Any], given: set[str]) -
     merged["eval"] = {**raw["eval"], **trained.get("eval", {})}
     if "eval" in given:
         merged["eval"]["mode"] = raw["eval"]["mode"]
-    for key in [*EVAL_ALWAYS, *(k for k in given if key_among(k, EVAL_WHEN_GIVEN) and k != "eval")]:
+    for key in [*EVAL_ALWAYS, *(k for k in given if key_among(k, changes) and k != "eval")]:
         group, _, leaf = key.partition(".")
         if not leaf:
             merged[group] = raw.get(group)
         elif leaf in raw.get(group, {}):
             merged.setdefault(group, {})[leaf] = raw[group][leaf]
+    mc_only = sorted(k for k in given if key_among(k, MC_ONLY))
+    if mc_only and merged["eval"]["mode"] != "mc":
+        whose = "given" if "eval" in given else "the checkpoint's"
+        raise ConfigError(f"{', '.join(mc_only)} {'are' if len(mc_only) > 1 else 'is'} for MC dropout, and this "
+                          f"evaluation is weight scaling (eval=scale, {whose}): add eval=mc, or drop "
+                          f"{'them' if len(mc_only) > 1 else 'it'}")
     return merged

@@ -23,6 +23,7 @@ from hydra import compose, initialize_config_module
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from vdrnn.config import EVAL_ALWAYS, EVAL_WHEN_GIVEN, EVAL_WHEN_GIVEN_LM, key_among
 from vdrnn.errors import ConfigError
 
 CONFIG_MODULE = "vdrnn.conf"
@@ -31,7 +32,13 @@ KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_]\w*):(?P<rest>.*)$")
 COMMENT = re.compile(r"(?:^|\s)#\s?(?P<text>.*)$")  # a `#` that starts a comment, not one inside a word
 
 HEADER = {"train": "vdrnn train: train a model; pick one option per group and override any key:",
-          "eval": "vdrnn eval: evaluate a checkpoint (checkpoint=PATH) with the eval options and keys below:"}
+          "eval": "vdrnn eval: evaluate a checkpoint under the settings it was trained with, changing only the keys "
+                  "below\n(data.test_batch_size and data.eval_max_tokens: PTB checkpoints only; the eval keys: the "
+                  "checkpoint's unless given):"}
+FOOTER = {"train": "Options and keys before --help show the config a run with them gets (`vdrnn train dataset=imdb "
+                   "--help`: a sentiment run's); --hydra-help lists Hydra's own flags.",
+          "eval": "`vdrnn eval checkpoint=PATH` alone repeats the run's own test; --hydra-help lists Hydra's own "
+                  "flags."}
 
 
 def key_comments(text: str, package: str) -> dict[str, str]:
@@ -139,15 +146,30 @@ def composed(overrides: list[str]) -> tuple[DictConfig, dict[str, str | None]]:
     return cfg, choices
 
 
+def kept(tree: dict, names: tuple[str, ...], prefix: str = "") -> dict:
+    """``tree`` with only the keys among ``names`` (config.key_among) and the sections that hold them."""
+    out = {}
+    for key, value in tree.items():
+        if key_among(prefix + key, names):
+            out[key] = value
+        elif isinstance(value, dict) and (inner := kept(value, names, f"{prefix}{key}.")):
+            out[key] = inner
+    return out
+
+
 def config_help(command: str, overrides: list[str]) -> str:
-    """The help text of `vdrnn <command> [overrides] --help`."""
+    """The help text of `vdrnn <command> [overrides] --help`: for train the whole config, for eval the keys it takes
+    (the rest come from the checkpoint)."""
     cfg, choices = composed(overrides)
+    shown, listed = OmegaConf.to_container(cfg), groups()
+    if command == "eval":
+        shown = kept(shown, (*EVAL_ALWAYS, *EVAL_WHEN_GIVEN, *EVAL_WHEN_GIVEN_LM))
+        listed = {"eval": listed["eval"]}
     group_lines = "\n".join(textwrap.fill(f"{group}: {', '.join(options)}", WIDTH, subsequent_indent="  ",
-                                          break_on_hyphens=False) for group, options in groups().items())
-    chosen = ", ".join(f"{group}={choices[group]}" for group in groups() if choices.get(group))
+                                          break_on_hyphens=False) for group, options in listed.items())
+    chosen = ", ".join(f"{group}={choices[group]}" for group in listed if choices.get(group))
     return (f"{HEADER[command]}\n  vdrnn {command} group=option key=value ...   (-m sweeps comma-separated values)\n\n"
             f"== Configuration groups ==\n{group_lines}\n\n"
             f"== Config ==\n{textwrap.fill(f'# composed from {chosen}', WIDTH, subsequent_indent='#   ')}\n"
-            f"{annotate(OmegaConf.to_yaml(cfg).rstrip(), descriptions(choices))}\n\n"
-            + textwrap.fill(f"Options and keys before --help show the config a run with them gets (`vdrnn {command} "
-                            f"dataset=imdb --help`: a sentiment run's); --hydra-help lists Hydra's own flags.", WIDTH))
+            f"{annotate(OmegaConf.to_yaml(shown).rstrip(), descriptions(choices))}\n\n"
+            + textwrap.fill(FOOTER[command], WIDTH))

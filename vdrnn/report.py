@@ -305,6 +305,13 @@ def unfinished_runs(folders: list[Path]) -> list[Path]:
             if not (path.parent / "metrics.json").exists()]
 
 
+def runs_without_epochs(folders: list[Path]) -> list[Path]:
+    """The run folders under ``folders`` (a vdrnn.log) with no finished epoch and no evaluation (eval.json): runs
+    refused at the start, or stopped in their first epoch; a sweep's failed job is one. Its vdrnn.log says why."""
+    return [path.parent for path in files_named("vdrnn.log", folders)
+            if not any((path.parent / name).exists() for name in ("metrics.jsonl", "metrics.json", "eval.json"))]
+
+
 RESUME_HINT = "to finish one, run its `vdrnn train` command again with hydra.run.dir=<run> (it resumes from last.pt)"
 
 
@@ -316,11 +323,16 @@ def check_found(folders: list[Path], found: bool) -> None:
     if not found and unfinished:
         raise SystemExit(f"error: no finished run under {where}, only unfinished ones (metrics.jsonl but no "
                          f"metrics.json): {unfinished}; {RESUME_HINT}")
+    empty = ", ".join(map(str, runs_without_epochs(folders)))
     if not found:
-        raise SystemExit(f"error: no metrics.json under {where}; point at run or sweep dirs")
+        raise SystemExit(f"error: no metrics.json under {where}; point at run or sweep dirs"
+                         + (f" (runs that finished no epoch: {empty}; each one's vdrnn.log says why)" if empty else ""))
     if unfinished:
         print(f"warning: leaving out unfinished runs (metrics.jsonl but no metrics.json): {unfinished}; "
               f"{RESUME_HINT}", file=sys.stderr)
+    if empty:
+        print(f"warning: leaving out runs that finished no epoch (refused, or stopped in their first): {empty}; "
+              f"each one's vdrnn.log says why", file=sys.stderr)
 
 
 def dataset_of(metrics: dict[str, Any]) -> str:

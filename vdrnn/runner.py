@@ -164,8 +164,10 @@ MC_SELECTION_SETTINGS = ("eval.mode", "eval.samples", "eval.word_dropout")
 
 
 def check_resumable(saved: dict[str, Any], now: dict[str, Any], path: Path,
-                    defaults: dict[str, Any] | None = None) -> None:
-    """Refuse to resume ``path`` (trained with ``saved``) under settings that change the experiment.
+                    defaults: dict[str, Any] | None = None) -> str:
+    """Refuse to resume ``path`` (trained with ``saved``) under settings that change the experiment; return the
+    changes it allows, as `trainer.lr: 0.001 -> 0.01, ...` ("" for none), for the resume's log line (the run's
+    metrics.json and TensorBoard hparams then hold the new values only).
 
     A key only ``now`` has is an option vdrnn added since the checkpoint was written; the run trained as its
     default (``defaults``: dotted key -> default, :func:`vdrnn.config.option_defaults`) says, so only another value
@@ -174,14 +176,15 @@ def check_resumable(saved: dict[str, Any], now: dict[str, Any], path: Path,
     defaults = defaults or {}
     before.update({k: defaults[k] for k in after.keys() - before.keys() if k in defaults})
     fixed = MC_SELECTION_SETTINGS if before.get("trainer.select") == "mc" else ()
-    changed = sorted(k for k in before.keys() & after.keys()
-                     if before[k] != after[k] and (not key_among(k, RESUMABLE_CHANGES) or key_among(k, fixed)))
+    differ = sorted(k for k in before.keys() & after.keys() if before[k] != after[k])
+    changed = [k for k in differ if not key_among(k, RESUMABLE_CHANGES) or key_among(k, fixed)]
     if changed:
         diff = ", ".join(f"{k}: {shown(before[k])} -> {shown(after[k])}" for k in changed)
         # init_from starts a new run from a checkpoint's weights; sentiment runs do not take it.
         weights = " (init_from=<checkpoint> starts from its weights)" if saved.get("data", {}).get("name") == "ptb" else ""
         raise ConfigError(f"cannot resume {path} with other settings ({diff}). Resume with the run's own settings, "
                           f"or start a new run in a new output dir{weights}")
+    return ", ".join(f"{k}: {shown(before[k])} -> {shown(after[k])}" for k in differ if k != "resume")
 
 
 def shown(value: Any) -> str:
@@ -365,7 +368,7 @@ class EpochTrainer:
                 f"{path} holds the weights as validated (under averaged SGD, the averages), not the state to continue "
                 f"training from: resume from the run's last.pt, or start a new run from these weights with "
                 f"init_from={path}")
-        check_resumable(payload["config"], self.raw_config, path, option_defaults(self.cfg))
+        changes = check_resumable(payload["config"], self.raw_config, path, option_defaults(self.cfg))
         checkpoint.check_vocab(payload, self.vocab, path, "resume with the same data.* settings, or use a new output dir")
         checkpoint.load_model_state(self.model, payload, path, "resume with the run's own model.* and cell "
                                     "settings, or start a new run in a new output dir")
@@ -391,7 +394,8 @@ class EpochTrainer:
                 f"saved by another vdrnn version or under other settings). Pass resume=<the run's own last.pt>, or "
                 f"start a fresh run in a new output dir (init_from={path} starts from its weights)") from err
         self.run_seconds = payload.get("run_seconds", self.train_seconds)  # checkpoints from before max_minutes
-        log.info("resumed from %s after epoch %d (step %d)", path, self.epoch, self.step)
+        log.info("resumed from %s after epoch %d (step %d)%s", path, self.epoch, self.step,
+                 f", with changed settings: {changes}" if changes else "")
 
     @property
     def resuming(self) -> bool:
