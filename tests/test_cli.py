@@ -41,6 +41,7 @@ def test_train_writes_metrics_checkpoints_and_logs(ptb_run):
         payload = torch.load(run / name, weights_only=True)
         assert payload["epoch"] == 1 and payload["config"]["dropout"]["scheme"] == "variational"
     assert "test ppl" in (run / "vdrnn.log").read_text()
+    assert "| 0/12 [" in result.stderr  # the progress bar ends where trainer.max_steps stops the epoch
 
 
 def test_tensorboard_events_read_back_with_hparams_in_the_same_file(ptb_run):

@@ -367,3 +367,16 @@ def test_runs_that_finished_no_epoch_are_named_in_a_warning_and_evaluations_are_
     (runs / "s1" / "metrics.json").unlink()
     with pytest.raises(SystemExit, match=r"no metrics.json under .*runs that finished no epoch: .*refused"):
         report.write_report([runs], tmp_path / "out")
+
+
+def test_curve_plots_tick_whole_epochs(tmp_path):
+    """A one-epoch run's panel would otherwise be ticked 0.96, 0.98, ... 1.04."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([1], [120.0], marker="o", label="a one-epoch run")
+    report.save_curves(fig, [ax], tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").exists() and all(float(tick).is_integer() for tick in ax.get_xticks())

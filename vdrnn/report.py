@@ -453,11 +453,14 @@ def draw_curves(panels: dict[str, list[Row]], line_name: Callable[[Row], str]):
 
 
 def save_curves(fig, axes, path: Path) -> None:
-    """Grid and legend on every panel, then the PNG."""
+    """Grid, whole-epoch ticks (a one-epoch run's axis would otherwise read 0.96-1.04) and legend on every panel,
+    then the PNG."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     for ax in axes:
         ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
         if ax.get_lines():  # a panel with no runs has nothing to name
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13))
     fig.tight_layout()

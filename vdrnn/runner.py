@@ -498,7 +498,10 @@ class EpochTrainer:
         cfg = self.cfg
         epoch = self.epoch + 1
         lr = cfg.trainer.lr_at(epoch)
-        bar = tqdm(total=self.steps_per_epoch(), desc=f"epoch {epoch}/{cfg.trainer.epochs}", unit="step",
+        steps = self.steps_per_epoch()
+        if cfg.trainer.max_steps is not None:  # the bar's end is where the step cap stops this epoch
+            steps = max(0, min(steps, cfg.trainer.max_steps - self.step))
+        bar = tqdm(total=steps, desc=f"epoch {epoch}/{cfg.trainer.epochs}", unit="step",
                    disable=not cfg.trainer.progress, leave=False, dynamic_ncols=True)
         started = time.perf_counter()
         with bar:
