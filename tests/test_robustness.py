@@ -190,3 +190,11 @@ def test_a_checkpoint_of_another_model_size_is_refused_with_the_fix(tmp_path, ti
     with pytest.raises(CheckpointError, match=rf"checkpoint {last_pt} does not fit this model: it holds a 2 x 16 lstm "
                                               rf"\(tied gates\) \(size mismatch for .*\); the fix"):
         checkpoint.load_model_state(model, checkpoint.load(last_pt), last_pt, "the fix")
+
+
+def test_a_resume_under_other_settings_is_refused_before_the_data_loads(tmp_path, tiny_corpus, last_pt, monkeypatch):
+    """Loading IMDB takes ~15 s: the checkpoint's settings are checked first, so a refused resume says so at once."""
+    (tmp_path / checkpoint.LAST).write_bytes(last_pt.read_bytes())
+    monkeypatch.setattr(LanguageModelTrainer, "setup", lambda self: pytest.fail("the data loaded before the check"))
+    with pytest.raises(ConfigError, match=r"cannot resume .*model.hidden_size: 16 -> 32"):
+        trainer(tmp_path, tiny_corpus, "trainer.epochs=2", "model.hidden_size=32")
