@@ -194,7 +194,8 @@ def test_help_refuses_what_composes_no_run(tmp_path, args, message):
     (["dropout=gal"], "Could not find 'dropout/gal'", False),
     (["trainer.epochs_total=3"], "Key 'epochs_total' is not in struct", False),
     (["dropout.input=1.2"], r"dropout.input=1.2 is not a probability in [0, 1)", True),
-    (["data.root=/nonexistent"], "/nonexistent does not exist; point it at a folder holding ptb.train.txt", True),
+    # relative to the test's own empty cwd, so that it cannot exist (a /nonexistent can, on a shared machine)
+    (["data.root=no/such/folder"], "no/such/folder does not exist; point it at a folder holding ptb.train.txt", True),
 ])
 def test_bad_input_gets_a_clear_error(tmp_path, args, message, run_made):
     """Once on the terminal, no traceback; and where the run's folder was made, in its vdrnn.log too."""
