@@ -1,8 +1,8 @@
 """The `vdrnn` command: `vdrnn train [overrides]`, `vdrnn eval checkpoint=PATH [overrides]`, `vdrnn report DIR...`.
 
 `train` and `eval` are Hydra applications over the same config tree (conf/, shipped as vdrnn.conf),
-so `-m` sweeps, `--cfg job` and every override work the same way for both; their `--help` is vdrnn.help's. `report` reads
-finished runs and takes plain arguments.
+so `-m` sweeps, `--cfg job` and every override work the same way for both; their `--help` is vdrnn.help's.
+`report` reads finished runs and takes plain arguments.
 """
 
 from __future__ import annotations

@@ -412,7 +412,7 @@ class EpochTrainer:
     @property
     def resuming(self) -> bool:
         """Will :meth:`fit` continue from a checkpoint (this folder's last.pt, or ``resume=``)?"""
-        return (self.run_dir / checkpoint.LAST).exists() or bool(self.cfg.resume)
+        return self.resume_from is not None
 
     def resume_point(self) -> Path | None:
         """This run folder's own last.pt if it has one, else ``resume=``.
