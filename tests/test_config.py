@@ -319,7 +319,7 @@ def test_eval_of_a_sentiment_checkpoint_refuses_the_language_model_s_data_keys()
     trained = to_container(composed("experiment=imdb_lstm_variational"))
     line = to_container(composed("checkpoint=x.pt", "data.eval_max_tokens=500", "data.eval_batch_size=64"))
     with pytest.raises(ConfigError, match=r"data.eval_max_tokens would be ignored: drop it \(data.eval_max_tokens: "
-                                          r"language models only, and this is a imdb checkpoint\). It takes .*"
+                                          r"language models only, and this checkpoint was trained on imdb\). It takes .*"
                                           r"and where given eval, data.eval_batch_size, trainer.amp, model.impl$"):
         eval_config(line, trained, {"checkpoint", "data.eval_max_tokens", "data.eval_batch_size"})
     assert eval_config(line, trained, {"checkpoint", "data.eval_batch_size"})["data"]["eval_batch_size"] == 64

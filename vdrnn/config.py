@@ -323,7 +323,8 @@ def eval_config(raw: dict[str, Any], trained: dict[str, Any], given: set[str]) -
         raise ConfigError(
             f"vdrnn eval runs the checkpoint under the settings it was trained with (model, data, dropout, training), "
             f"so {', '.join(ignored)} would be ignored: drop {'them' if len(ignored) > 1 else 'it'}"
-            + (f" ({', '.join(lm_only)}: language models only, and this is a {trained['data']['name']} checkpoint)"
+            + (f" ({', '.join(lm_only)}: language models only, and this checkpoint was trained on "
+               f"{trained['data']['name']})"
                if lm_only else "")
             + f". It takes {', '.join(EVAL_ALWAYS)}, and where given {', '.join(changes)}")
     merged = {key: dict(value) if isinstance(value, dict) else value for key, value in trained.items()}
