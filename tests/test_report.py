@@ -380,3 +380,19 @@ def test_curve_plots_tick_whole_epochs(tmp_path):
     ax.plot([1], [120.0], marker="o", label="a one-epoch run")
     report.save_curves(fig, [ax], tmp_path / "curves.png")
     assert (tmp_path / "curves.png").exists() and all(float(tick).is_integer() for tick in ax.get_xticks())
+
+
+def test_mc_settings_of_weight_scaling_runs_do_not_set_them_apart(tmp_path):
+    """eval.samples (or any MC key) changes nothing of an eval=scale run: such runs are seeds of one row; under
+    eval=mc it is another experiment."""
+    runs = tmp_path / "runs"
+    for seed, mode, samples in ((1, "scale", 1000), (2, "scale", 50), (3, "mc", 1000), (4, "mc", 50)):
+        fake_ptb_run(runs / f"s{seed}", seed, [])
+        path = runs / f"s{seed}" / "metrics.json"
+        metrics = json.loads(path.read_text())
+        metrics["config"]["eval"] = {"mode": mode, "samples": samples}
+        path.write_text(json.dumps(metrics))
+    rows = ptb_rows(tmp_path)
+    assert sorted((row["seeds"], "eval.mode=mc" in row["row"]) for row in rows) == [("1", True), ("1", True),
+                                                                                     ("2", False)]
+    assert "???" not in "".join(report.base_settings().values())  # config.yaml's keys set by a group option

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 from omegaconf import OmegaConf
 
-from vdrnn.config import key_among
+from vdrnn.config import MC_ONLY, key_among
 from vdrnn.dropout import DropoutConfig
 from vdrnn.tracking import flatten, read_jsonl
 
@@ -163,7 +163,9 @@ def base_settings() -> dict[str, str]:
     """The defaults of conf/config.yaml, flattened. A run that predates an option ran with its default, so
     its settings are filled in from here (an old Moon run is a ``dropout.cell_scale=h`` run)."""
     base = OmegaConf.to_container(OmegaConf.load(files("vdrnn.conf") / "config.yaml"))
-    return settings({k: v for k, v in base.items() if k not in ("defaults", "hydra")})
+    # ??? marks a key that config.yaml documents and a group option sets (model.hidden_size): no default
+    return {key: value for key, value in settings({k: v for k, v in base.items() if k not in ("defaults", "hydra")}).items()
+            if value != json.dumps("???")}
 
 
 # A sentiment model scores every review on its own, so how many reviews an evaluation pass holds changes no
@@ -178,6 +180,8 @@ def run_settings(config: dict[str, Any], pooled: tuple[str, ...] = ()) -> dict[s
     out = {**base_settings(), **settings(config)}
     ignored = (*pooled, *SENTIMENT_NOT_SETTINGS) if (config.get("data") or {}).get("name") in SENTIMENT_METRICS \
         else pooled
+    if out.get("eval.mode") == json.dumps("scale"):  # MC's keys change nothing of a weight-scaling run
+        ignored = (*ignored, *MC_ONLY)
     return {key: value for key, value in out.items() if not key_among(key, ignored)}
 
 
