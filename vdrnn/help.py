@@ -41,6 +41,13 @@ FOOTER = {"train": "Options and keys before --help show the config a run with th
                   "flags."}
 
 
+def nested(path: list[tuple[int, str]], match: re.Match) -> list[tuple[int, str]]:
+    """The (indent, key) path of a KEY_LINE ``match``, from ``path``, the one of the key line before it: YAML nests a
+    key under the nearest one before it that is indented less."""
+    indent = len(match["indent"])
+    return [(i, key) for i, key in path if i < indent] + [(indent, match["key"])]
+
+
 def key_comments(text: str, package: str) -> dict[str, str]:
     """The comment beside each key of one YAML file, under its dotted path (``package`` prefixed, e.g. `data`).
 
@@ -54,11 +61,10 @@ def key_comments(text: str, package: str) -> dict[str, str]:
         stripped = line.lstrip()
         match = KEY_LINE.match(line)
         if match:
-            indent = len(match["indent"])
-            path = [(i, key) for i, key in path if i < indent] + [(indent, match["key"])]
+            path = nested(path, match)
             comment = COMMENT.search(match["rest"])
             current = ".".join(filter(None, [package, *(key for _, key in path)])) if comment else None
-            current_indent = indent
+            current_indent = path[-1][0]
             if comment:
                 comments[current] = comment["text"].strip()
         elif current and stripped.startswith("#") and len(line) - len(stripped) > current_indent:
@@ -117,8 +123,7 @@ def annotate(config_yaml: str, described: dict[str, str]) -> str:
         if not match:
             out.append(line)
             continue
-        indent = len(match["indent"])
-        path = [(i, key) for i, key in path if i < indent] + [(indent, match["key"])]
+        path = nested(path, match)
         text = described.get(".".join(key for _, key in path))
         if not text:
             out.append(line)

@@ -163,9 +163,9 @@ def base_settings() -> dict[str, str]:
     """The defaults of conf/config.yaml, flattened. A run that predates an option ran with its default, so
     its settings are filled in from here (an old Moon run is a ``dropout.cell_scale=h`` run)."""
     base = OmegaConf.to_container(OmegaConf.load(files("vdrnn.conf") / "config.yaml"))
+    defaults = settings({k: v for k, v in base.items() if k not in ("defaults", "hydra")})
     # ??? marks a key that config.yaml documents and a group option sets (model.hidden_size): no default
-    return {key: value for key, value in settings({k: v for k, v in base.items() if k not in ("defaults", "hydra")}).items()
-            if value != json.dumps("???")}
+    return {key: value for key, value in defaults.items() if value != json.dumps("???")}
 
 
 # A sentiment model scores every review on its own, so how many reviews an evaluation pass holds changes no
