@@ -11,11 +11,11 @@ install: ## pip install torch==2.13.0 from pip's configured index (from PyPI on 
 	$(PYTHON) -m pip install torch==2.13.0
 	$(PYTHON) -m pip install -e '.[dev]'
 
-test: ## run the whole test suite (real PTB from VDRNN_DATA_DIR or ../shared/data)
-	$(PYTHON) -m pytest -q
+test: ## run the whole test suite, a worker per core (real PTB from VDRNN_DATA_DIR or ../shared/data)
+	$(PYTHON) -m pytest -q -n auto
 
 test-unit: ## only the fast unit tests (no subprocess training runs)
-	$(PYTHON) -m pytest -q -m "not slow"
+	$(PYTHON) -m pytest -q -n auto -m "not slow"
 
 lint: ## static checks
 	$(PYTHON) -m ruff check vdrnn tests scripts

@@ -15,6 +15,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (`make test` runs one worker per core), one thread per worker, and per training run it starts:
+    torch's default of a thread per core in every worker oversubscribes the cores, and its OpenMP threads then spin
+    against each other (on 2 cores, a tiny training run took 5 times as long as it does alone)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = "1"  # the subprocesses' torch reads it at start
+        torch.set_num_threads(1)
+
+
 def real_data(name: str, marker: str) -> Path:
     """The folder ``name`` (ptb, imdb, scale_data) of the first data dir, $VDRNN_DATA_DIR or ../shared/data (as
     CI has it), that holds ``name/marker``; the calling test is skipped when there is none."""

@@ -82,6 +82,9 @@ def run_with_grads(fn, leaves, masks, weights):
 
 
 NAMES = ["y", "h_T", "c_T", "dx", "dh0", "dc0", "dw_ih", "dw_hh", "db_ih", "db_hh"]
+# The problem the kernels are compared on: three steps are each case a step of the kernels can be (the first, from h_0;
+# one in the middle; the last, whose backward is its own variant), and each more step adds only interpreter time.
+STEPS, BATCH, INPUTS = 3, 3, 7
 
 
 @pytest.mark.parametrize("hidden", [8, 33])
@@ -122,7 +125,7 @@ def test_packed_weight_pads_each_gate_with_zeros():
 
 
 def assert_fused_matches_reference(kind: str, hidden: int, tol: float = FP32_TOL) -> None:
-    steps, batch, inputs = 5, 3, 7
+    steps, batch, inputs = STEPS, BATCH, INPUTS
     leaves = random_problem(steps, batch, inputs, hidden)
     masks = make_masks(kind, steps, batch, inputs, hidden)
     weights = [torch.randn(s, device=DEVICE) for s in ((steps, batch, hidden), (batch, hidden), (batch, hidden))]
@@ -159,7 +162,7 @@ def test_a_detached_initial_state_gets_no_gradient_product(kind, monkeypatch):
     calls = []
     real = fused.initial_state_grad
     monkeypatch.setattr(fused, "initial_state_grad", lambda *args: calls.append(1) or real(*args))
-    steps, batch, inputs, hidden = 5, 3, 7, 33
+    steps, batch, inputs, hidden = STEPS, BATCH, INPUTS, 33
     x, h0, c0, *params = random_problem(steps, batch, inputs, hidden)
     h0 = h0.detach()
     masks = make_masks(kind, steps, batch, inputs, hidden)
@@ -183,7 +186,7 @@ def with_learned_masks(masks: LayerMasks) -> tuple[LayerMasks, list[torch.Tensor
 @pytest.mark.parametrize("kind", ["gaussian", "gaussian_untied", "tied_batch", "untied_batch"])
 def test_fused_passes_the_masks_gradient(kind, block_plan):
     """dL/dz_h from the kernels' backward (and dL/dz_x through the input product) equals the reference's."""
-    steps, batch, inputs, hidden = 5, 3, 7, 33
+    steps, batch, inputs, hidden = STEPS, BATCH, INPUTS, 33
     leaves = random_problem(steps, batch, inputs, hidden)
     masks, mask_leaves = with_learned_masks(make_masks(kind, steps, batch, inputs, hidden))
     weights = [torch.randn(s, device=DEVICE) for s in ((steps, batch, hidden), (batch, hidden), (batch, hidden))]

@@ -80,13 +80,10 @@ def _download(folder: Path) -> None:
 
 
 def read_lines(folder: Path) -> dict[str, list[str]]:
-    """Read the three files through `datasets` (a text builder, cached as Arrow)."""
-    import datasets
-
-    datasets.disable_progress_bars()
-    files = {split: str(folder / f"ptb.{split}.txt") for split in SPLITS}
-    loaded = datasets.load_dataset("text", data_files=files)
-    return {split: loaded[split]["text"] for split in SPLITS}
+    """The three files' lines. Read directly: 6 MB of text takes a tenth of a second this way, where `datasets`' text
+    builder cost every run 1.5-2 s of imports and an Arrow copy in its cache (the line split is the same,
+    str.splitlines)."""
+    return {split: (folder / f"ptb.{split}.txt").read_text(encoding="utf-8").splitlines() for split in SPLITS}
 
 
 def tokenize(lines: list[str]) -> list[str]:
