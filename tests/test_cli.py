@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 
@@ -257,6 +258,36 @@ def test_eval_on_capped_data_is_a_smoke_eval_even_of_a_full_run(tmp_path, tiny_c
     assert evaluate_in_process(monkeypatch, tmp_path / "full", *common)["smoke"] is False
     capped = evaluate_in_process(monkeypatch, tmp_path / "capped", *common, "data.eval_max_tokens=60")
     assert capped["smoke"] is True and capped["config"]["data"]["eval_max_tokens"] == 60
+
+
+def test_report_gives_a_line_per_evaluation_beside_the_runs_table(tmp_path, tiny_corpus, tiny_checkpoint, monkeypatch,
+                                                                   capsys):
+    """`vdrnn report` over a run and the `vdrnn eval`s of its checkpoint: the run's table, and a line per evaluation
+    with its eval.json's numbers and how it scored; an eval.json without its config is left out, named."""
+    from vdrnn import report
+
+    common = [f"checkpoint={tiny_checkpoint}", f"data.root={tiny_corpus}"]
+    evals = tmp_path / "evals"
+    scaled = evaluate_in_process(monkeypatch, evals / "scale", *common)
+    mc = evaluate_in_process(monkeypatch, evals / "mc", *common, "eval=mc", "eval.samples=3", "eval.mc_masks=minibatch")
+    (evals / "old").mkdir()
+    (evals / "old" / "eval.json").write_text(json.dumps({"test_ppl": 1.0}))
+    report.main([str(tiny_checkpoint.parent), str(evals), "--out", str(tmp_path / "report")])
+    assert "leaving out " + str(evals / "old" / "eval.json") in capsys.readouterr().err
+    assert (tmp_path / "report" / "table.md").exists()  # the run's own row, as before
+    with open(tmp_path / "report" / "ptb_evaluations.csv") as f:
+        lines = list(csv.DictReader(f))
+    assert [line["evaluation"] for line in lines] == [str(evals / "mc"), str(evals / "scale")]
+    for line, evaluated in zip(lines, (mc, scaled), strict=True):
+        assert (line["model"], line["dropout"], line["checkpoint"], line["epoch"]) == \
+            ("zaremba, 16 units", "in 0.5, out 0.5", str(tiny_checkpoint), "1")
+        assert (line["valid"], line["test"]) == (f"{evaluated['valid_ppl']:.1f}", f"{evaluated['test_ppl']:.1f}")
+    assert (lines[0]["mode"], lines[0]["MC test"]) == ("MC, 3 passes, masks per minibatch", f"{mc['test_ppl_mc']:.1f}")
+    assert (lines[1]["mode"], lines[1]["MC test"]) == ("weight scaling", "–")
+    # Evaluations alone make a report too.
+    report.main([str(evals / "scale"), "--out", str(tmp_path / "alone")])
+    assert sorted(path.name for path in (tmp_path / "alone").iterdir()) == ["ptb_evaluations.csv",
+                                                                            "ptb_evaluations.md"]
 
 
 def test_eval_takes_an_evaluation_setting_given_with_hydras_force_prefix(tmp_path, tiny_corpus, tiny_checkpoint,

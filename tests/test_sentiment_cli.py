@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 from conftest import cli_in_process, composed, events_of, history, real_data, run_cli
 
+from vdrnn import report
 from vdrnn.data import imdb, scale
 
 pytestmark = pytest.mark.slow
@@ -96,6 +98,13 @@ def test_eval_command_reproduces_the_test_numbers(imdb_run, imdb_dir):
     assert evaluated["test_accuracy"] == pytest.approx(trained["test_accuracy"])
     assert evaluated["test_nll"] == pytest.approx(trained["test_nll"], rel=1e-6)
     assert evaluated["mc_samples"] == trained["mc_samples"] == 4  # the run's own MC settings, not eval/mc.yaml's
+    # `vdrnn report` gives it a line of the IMDB evaluation table, the model named as the training table names it.
+    report.main([str(imdb_run.parent / "eval"), "--out", str(imdb_run.parent / "report")])
+    with open(imdb_run.parent / "report" / "imdb_evaluations.csv") as f:
+        [line] = list(csv.DictReader(f))
+    assert (line["model"], line["mode"]) == ("GRU · variational (smoke)", "MC, 4 passes")
+    assert line["accuracy (%)"] == f"{100 * evaluated['test_accuracy']:.2f}"
+    assert line["MC ECE"] == f"{evaluated['test_ece_mc']:.4f}"
 
 
 def test_a_finished_run_resumes_from_last_pt_for_more_epochs(imdb_run, imdb_dir):

@@ -17,6 +17,9 @@ are the best-validation checkpoint's). IMDB runs evaluated with MC dropout also 
 a line per run (both ECEs, the floor a calibrated predictor would score, the MC - weight scaling
 difference with its 95% interval) and, for a row of several seeds, a line of their means (the difference with a
 95% interval over the seeds), and reliability diagrams, a panel per row.
+
+Evaluations (``vdrnn eval``'s ``eval.json`` under the folders) get a table per dataset, a line each: the model
+scored, named as above, the checkpoint and epoch, the mode (weight scaling, or MC and its passes) and the numbers.
 """
 
 from __future__ import annotations
@@ -329,7 +332,7 @@ def check_found(folders: list[Path], found: bool) -> None:
                          f"metrics.json): {unfinished}; {RESUME_HINT}")
     empty = ", ".join(map(str, runs_without_epochs(folders)))
     if not found:
-        raise SystemExit(f"error: no metrics.json under {where}; point at run or sweep dirs"
+        raise SystemExit(f"error: no metrics.json or eval.json under {where}; point at run, sweep or evaluation dirs"
                          + (f" (runs that finished no epoch: {empty}; each one's vdrnn.log says why)" if empty else ""))
     if unfinished:
         print(f"warning: leaving out unfinished runs (metrics.jsonl but no metrics.json): {unfinished}; "
@@ -741,6 +744,65 @@ def reliability_panel(ax, row: SentimentRow) -> None:
     ax.legend(fontsize=7, loc="upper left")
 
 
+# ----------------------------------------------------------------------------- evaluations (`vdrnn eval`)
+def find_evaluations(folders: list[Path]) -> dict[str, list[tuple[Path, dict[str, Any]]]]:
+    """dataset -> (folder, eval.json) of every `vdrnn eval` under ``folders``, in path order. An eval.json from
+    before it recorded its config is left out with a warning: without it, which model it scored is unknown."""
+    found: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
+    for path in files_named("eval.json", folders):
+        evaluation = read_metrics(path)
+        if not evaluation.get("config"):
+            print(f"warning: leaving out {path}: it records no config (an older vdrnn eval's), so which model it "
+                  f"scored is unknown; run that vdrnn eval again for a line of the table", file=sys.stderr)
+            continue
+        found.setdefault(dataset_of(evaluation), []).append((path.parent, evaluation))
+    return dict(sorted(found.items()))
+
+
+def evaluation_mode(config: dict[str, Any]) -> str:
+    """How `vdrnn eval` scored: ``weight scaling``, or ``MC, 1000 passes`` and what departs from Gal's MC test
+    (word-type dropout kept on; PTB masks redrawn every minibatch instead of kept for the stream)."""
+    settings_ = config.get("eval", {})
+    if settings_.get("mode") != "mc":
+        return "weight scaling"
+    notes = [note for note, on in (("word-type dropout on", settings_.get("word_dropout")),
+                                   ("masks per minibatch", settings_.get("mc_masks") == "minibatch")) if on]
+    return f"MC, {settings_.get('samples')} passes" + "".join(f", {note}" for note in notes)
+
+
+def evaluation_metrics(dataset: str) -> list[tuple[str, str, int, bool]]:
+    """(eval.json key, column title, digits, x100) of a dataset's evaluation table: PTB's perplexities, or a sentiment
+    dataset's test metrics with weight scaling and then with MC, as its training table has them."""
+    if dataset == "ptb":
+        return [("valid_ppl", "valid", 1, False), ("test_ppl", "test", 1, False), ("test_ppl_mc", "MC test", 1, False)]
+    return [(f"test_{key}{suffix}", prefix + title, digits, percent)
+            for suffix, prefix in (("", ""), ("_mc", "MC ")) for key, title, digits, percent in SENTIMENT_METRICS[dataset]]
+
+
+def evaluation_columns(dataset: str) -> list[str]:
+    return ["evaluation", "model", "dropout", "checkpoint", "epoch", "mode",
+            *(title for _, title, _, _ in evaluation_metrics(dataset))]
+
+
+def evaluation_table(dataset: str, evaluations: list[tuple[Path, dict[str, Any]]]) -> list[list[str]]:
+    """A line per `vdrnn eval`: its folder, the model it scored named as the training tables name it (``(smoke)``
+    where its numbers are a smoke run's), the checkpoint and its epoch, the mode, and the numbers."""
+    lines = []
+    for folder, evaluation in evaluations:
+        if dataset == "ptb":
+            name, size, dropout = ptb_identity(evaluation)
+            model = f"{name}, {size}"
+        else:
+            cell, scheme, dropout = sentiment_identity(evaluation)
+            model = f"{cell.upper()} · {scheme}"
+        numbers = [mean_std([evaluation[key] * (100 if percent else 1)], digits) if evaluation.get(key) is not None
+                   else "–" for key, _, digits, percent in evaluation_metrics(dataset)]
+        lines.append([str(folder), model + (" (smoke)" if evaluation.get("smoke") else ""), dropout,
+                      evaluation.get("checkpoint", "–"), str(evaluation.get("epoch", "–")),
+                      evaluation_mode(evaluation["config"]), *numbers])
+    return lines
+
+
 def write_table(lines: list[list[str]], columns: list[str], stem: Path) -> str:
     text = markdown(lines, columns)
     stem.with_suffix(".md").write_text(text)
@@ -784,7 +846,8 @@ def write_report(folders: list[Path], out: Path, pooled: tuple[str, ...] = ()) -
     check_poolable(pooled)
     rows = collect_ptb(folders, pooled)
     sentiment = collect_sentiment(folders, pooled)
-    check_found(folders, bool(rows or sentiment))
+    evaluations = find_evaluations(folders)
+    check_found(folders, bool(rows or sentiment or evaluations))
     check_pooled_keys_exist(folders, [*rows, *(row for group in sentiment.values() for row in group)], pooled)
     out.mkdir(parents=True, exist_ok=True)
     texts, written = [], []
@@ -803,6 +866,11 @@ def write_report(folders: list[Path], out: Path, pooled: tuple[str, ...] = ()) -
             plot_reliability(dataset_rows, out / f"{dataset}_reliability.png")
             written += [out / f"{dataset}_calibration.md", out / f"{dataset}_calibration.csv",
                         out / f"{dataset}_reliability.png"]
+    for dataset, dataset_evaluations in evaluations.items():
+        text = write_table(evaluation_table(dataset, dataset_evaluations), evaluation_columns(dataset),
+                           out / f"{dataset}_evaluations")
+        texts.append(f"{dataset}: checkpoints scored by vdrnn eval\n\n{text}")
+        written += [out / f"{dataset}_evaluations.md", out / f"{dataset}_evaluations.csv"]
     return "\n".join(texts), written
 
 
