@@ -762,12 +762,12 @@ def find_evaluations(folders: list[Path]) -> dict[str, list[tuple[Path, dict[str
 def evaluation_mode(config: dict[str, Any]) -> str:
     """How `vdrnn eval` scored: ``weight scaling``, or ``MC, 1000 passes`` and what departs from Gal's MC test
     (word-type dropout kept on; PTB masks redrawn every minibatch instead of kept for the stream)."""
-    settings_ = config.get("eval", {})
-    if settings_.get("mode") != "mc":
+    eval_settings = config.get("eval", {})
+    if eval_settings.get("mode") != "mc":
         return "weight scaling"
-    notes = [note for note, on in (("word-type dropout on", settings_.get("word_dropout")),
-                                   ("masks per minibatch", settings_.get("mc_masks") == "minibatch")) if on]
-    return f"MC, {settings_.get('samples')} passes" + "".join(f", {note}" for note in notes)
+    notes = [note for note, on in (("word-type dropout on", eval_settings.get("word_dropout")),
+                                   ("masks per minibatch", eval_settings.get("mc_masks") == "minibatch")) if on]
+    return f"MC, {eval_settings.get('samples')} passes" + "".join(f", {note}" for note in notes)
 
 
 def evaluation_metrics(dataset: str) -> list[tuple[str, str, int, bool]]:
@@ -789,13 +789,13 @@ def evaluation_table(dataset: str, evaluations: list[tuple[Path, dict[str, Any]]
     where its numbers are a smoke run's), the checkpoint and its epoch, the mode, and the numbers."""
     lines = []
     for folder, evaluation in evaluations:
-        if dataset == "ptb":
-            name, size, dropout = ptb_identity(evaluation)
+        if dataset == "ptb":  # a preset's Table 1 row (``paper``): eval.json has it in its config only
+            name, size, dropout = ptb_identity({**evaluation, "paper": evaluation["config"].get("paper")})
             model = f"{name}, {size}"
         else:
             cell, scheme, dropout = sentiment_identity(evaluation)
             model = f"{cell.upper()} · {scheme}"
-        numbers = [mean_std([evaluation[key] * (100 if percent else 1)], digits) if evaluation.get(key) is not None
+        numbers = [f"{evaluation[key] * (100 if percent else 1):.{digits}f}" if evaluation.get(key) is not None
                    else "–" for key, _, digits, percent in evaluation_metrics(dataset)]
         lines.append([str(folder), model + (" (smoke)" if evaluation.get("smoke") else ""), dropout,
                       evaluation.get("checkpoint", "–"), str(evaluation.get("epoch", "–")),
