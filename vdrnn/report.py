@@ -503,7 +503,7 @@ def ptb_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
     row when their other settings agree too (``row_for``). A preset's run at other units than its paper size's
     (``model.hidden_size=...``, a smoke run) says so, "medium (16 units)", beside the paper's medium numbers."""
     config = metrics.get("config") or {}
-    paper = metrics.get("paper")
+    paper = metrics.get("paper") or config.get("paper")  # eval.json keeps it in its config only
     hidden = config.get("model", {}).get("hidden_size")
     size = paper["size"] if paper else SIZE_NAMES.get(hidden, f"{hidden} units")
     if paper and PAPER_UNITS.get(paper["size"], hidden) != hidden:
@@ -789,8 +789,8 @@ def evaluation_table(dataset: str, evaluations: list[tuple[Path, dict[str, Any]]
     where its numbers are a smoke run's), the checkpoint and its epoch, the mode, and the numbers."""
     lines = []
     for folder, evaluation in evaluations:
-        if dataset == "ptb":  # a preset's Table 1 row (``paper``): eval.json has it in its config only
-            name, size, dropout = ptb_identity({**evaluation, "paper": evaluation["config"].get("paper")})
+        if dataset == "ptb":
+            name, size, dropout = ptb_identity(evaluation)
             model = f"{name}, {size}"
         else:
             cell, scheme, dropout = sentiment_identity(evaluation)

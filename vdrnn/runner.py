@@ -178,13 +178,16 @@ def check_resumable(saved: dict[str, Any], now: dict[str, Any], path: Path,
     fixed = MC_SELECTION_SETTINGS if before.get("trainer.select") == "mc" else ()
     differ = sorted(k for k in before.keys() & after.keys() if before[k] != after[k])
     changed = [k for k in differ if not key_among(k, RESUMABLE_CHANGES) or key_among(k, fixed)]
+
+    def listed(keys: list[str]) -> str:
+        return ", ".join(f"{k}: {shown(before[k])} -> {shown(after[k])}" for k in keys)
+
     if changed:
-        diff = ", ".join(f"{k}: {shown(before[k])} -> {shown(after[k])}" for k in changed)
         # init_from starts a new run from a checkpoint's weights; sentiment runs do not take it.
         weights = " (init_from=<checkpoint> starts from its weights)" if saved.get("data", {}).get("name") == "ptb" else ""
-        raise ConfigError(f"cannot resume {path} with other settings ({diff}). Resume with the run's own settings, "
-                          f"or start a new run in a new output dir{weights}")
-    return ", ".join(f"{k}: {shown(before[k])} -> {shown(after[k])}" for k in differ if k != "resume")
+        raise ConfigError(f"cannot resume {path} with other settings ({listed(changed)}). Resume with the run's own "
+                          f"settings, or start a new run in a new output dir{weights}")
+    return listed([k for k in differ if k != "resume"])
 
 
 def shown(value: Any) -> str:
