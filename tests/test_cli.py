@@ -120,6 +120,17 @@ def test_multirun_sweep_makes_one_named_run_per_job(tmp_path, tiny_corpus):
     trained = json.loads((tmp_path / "sweep" / jobs[1] / "metrics.json").read_text())
     assert evaluated["config"]["dropout"]["scheme"] == "zaremba"
     assert evaluated["test_ppl"] == pytest.approx(trained["test_ppl"], rel=1e-6)
+    # An eval sweep over both (Hydra's quotes keep each path's `=` and `,`) names each job by the checkpoint it
+    # scores, beside its overrides.
+    checkpoints = ",".join(f"'sweep/{job}/best.pt'" for job in jobs)
+    run_cli("eval", "-m", f"checkpoint={checkpoints}", f"data.root={tiny_corpus}", "data.eval_max_tokens=200,300",
+            "hydra.sweep.dir=evals", cwd=tmp_path)
+    evals = sorted(p.name for p in (tmp_path / "evals").iterdir() if p.is_dir())
+    assert evals == [f"{n}_data.eval_max_tokens={tokens}@{job}-best"
+                     for n, (job, tokens) in enumerate((j, t) for j in jobs for t in (200, 300))]
+    for name in evals:
+        evaluated = json.loads((tmp_path / "evals" / name / "eval.json").read_text())
+        assert evaluated["config"]["dropout"]["scheme"] in name
 
 
 @pytest.mark.parametrize("path", ["multirun/d/t/1_dropout=zaremba,seed=2/best.pt", r"C:\runs\1_seed=2\best.pt",

@@ -39,6 +39,22 @@ dataset=imdb --help`: a sentiment run's keys).
 """
 
 
+def sweep_job_name(overrides: str, checkpoint: str | None) -> str:
+    """The name of a `-m` sweep job's folder after its number (conf/config.yaml's ``hydra.sweep.subdir``): the job's
+    overrides, as Hydra names it, and for a `vdrnn eval` job the checkpoint it scores too, as
+    ``<run folder>-<file stem>`` (``1_dropout=zaremba,seed=2-best``). Hydra's name leaves the checkpoint out, as a
+    path would nest folders, so `vdrnn eval -m checkpoint=a/best.pt,b/best.pt` would name its jobs ``0_`` and ``1_``."""
+    if not checkpoint:
+        return overrides
+    path = Path(checkpoint)
+    scored = f"{path.parent.name}-{path.stem}" if path.parent.name else path.stem
+    return f"{overrides}@{scored}" if overrides else scored
+
+
+# Registered when the CLI is imported, before Hydra resolves a job's folder.
+OmegaConf.register_new_resolver("vdrnn_sweep_job", sweep_job_name)
+
+
 class JobFailed(CompactHydraException):
     """A `-m` sweep job's VdrnnError. Hydra prints a CompactHydraException's message without a traceback."""
 

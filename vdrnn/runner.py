@@ -166,8 +166,9 @@ MC_SELECTION_SETTINGS = ("eval.mode", "eval.samples", "eval.word_dropout")
 def check_resumable(saved: dict[str, Any], now: dict[str, Any], path: Path,
                     defaults: dict[str, Any] | None = None) -> str:
     """Refuse to resume ``path`` (trained with ``saved``) under settings that change the experiment; return the
-    changes it allows, as `trainer.lr: 0.001 -> 0.01, ...` ("" for none), for the resume's log line (the run's
-    metrics.json and TensorBoard hparams then hold the new values only).
+    changes it allows, as `trainer.lr: 0.001 -> 0.01, ...` ("" for none), for the resume's log line: the run's
+    checkpoints and metrics.json then hold the new values only, while TensorBoard's hparams table keeps the first
+    start's (TensorBoard reads the first hparams a run folder's events hold; see tracking.RunLogger).
 
     A key only ``now`` has is an option vdrnn added since the checkpoint was written; the run trained as its
     default (``defaults``: dotted key -> default, :func:`vdrnn.config.option_defaults`) says, so only another value
