@@ -94,8 +94,9 @@ def test_a_rerun_after_an_attempt_that_died_before_its_first_checkpoint_starts_c
 def test_resuming_into_a_folder_with_a_dead_attempt_takes_the_sources_best_checkpoint(tmp_path, tiny_corpus):
     common = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1", "trainer.max_steps=5"]
     run_cli("train", *common, "hydra.run.dir=first", cwd=tmp_path)
-    run_cli("train", *common, "seed=1", "hydra.run.dir=second", cwd=tmp_path)
+    run_cli("train", *common, "seed=2", "hydra.run.dir=second", cwd=tmp_path)  # another model, other numbers
     (tmp_path / "second" / "last.pt").unlink()  # a dead attempt's best.pt and history stay behind
+    assert [r["valid_ppl"] for r in history(tmp_path / "second")] != [r["valid_ppl"] for r in history(tmp_path / "first")]
     run_cli("train", *common, f"resume={tmp_path / 'first' / 'last.pt'}", "hydra.run.dir=second", cwd=tmp_path)
     assert (tmp_path / "second" / "best.pt").read_bytes() == (tmp_path / "first" / "best.pt").read_bytes()
     assert history(tmp_path / "second") == history(tmp_path / "first")

@@ -626,7 +626,9 @@ def test_mc_validation_scores_the_validation_reviews(fake_imdb, tmp_path):
                            "dropout.recurrent=0", "dropout.output=0", "eval=mc", "eval.samples=2", "eval.batch=2",
                            "trainer.select=mc")
     run(raw, tmp_path)
-    for record in history(tmp_path):
+    records = history(tmp_path)
+    assert len(records) == 2
+    for record in records:
         assert record["valid_nll_mc"] == pytest.approx(record["valid_nll"], rel=1e-6)
         assert record["valid_nll"] != pytest.approx(record["test_nll"], rel=1e-5)  # the two splits tell apart
 

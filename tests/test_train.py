@@ -42,8 +42,14 @@ def test_objective_is_nll_summed_over_time_or_mean(tmp_path, tiny_corpus, loss, 
         torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten()).item(), rel=1e-5)
 
 
-def test_zaremba_and_gal_presets_sum_over_time_and_awd_averages(tmp_path, tiny_corpus):
-    assert trainer(tmp_path, tiny_corpus).cfg.trainer.loss == "sum_over_time"
+@pytest.mark.parametrize("preset", ["medium_zaremba", "medium_variational", "large_zaremba", "large_variational",
+                                    "large_variational_untied"])
+def test_zaremba_and_gal_presets_sum_over_time(preset):
+    """Their lr 1 and clip 5 assume the NLL summed over the BPTT steps (Zaremba's and Gal's Lua code)."""
+    assert composed(f"experiment={preset}").trainer.loss == "sum_over_time"
+
+
+def test_awd_averages_over_tokens(tmp_path, tiny_corpus):
     assert composed("experiment=awd_ptb").trainer.loss == "mean"
 
 
