@@ -11,6 +11,10 @@ import pytest
 from conftest import TINY, run_cli
 
 from vdrnn import report
+from vdrnn.report.plots import save_curves
+from vdrnn.report.ptb import collect_ptb, plot_ptb
+from vdrnn.report.rows import base_settings, mean_std, scheme_name, settings
+from vdrnn.report.sentiment import SCHEME_ORDER
 
 
 @pytest.mark.slow
@@ -141,7 +145,7 @@ def test_dropout_options_the_dropout_column_does_not_show_are_overrides(tmp_path
 ])
 def test_an_ad_hoc_runs_name_says_untied_gates_and_learned_noise(gates, learn_alpha, name):
     config = {"dropout": {"scheme": "gaussian", "learn_alpha": learn_alpha}, "cell": {"gates": gates}}
-    assert report.scheme_name(config) == name and name in report.SCHEME_ORDER
+    assert scheme_name(config) == name and name in SCHEME_ORDER
 
 
 @pytest.mark.slow
@@ -272,15 +276,15 @@ def test_a_rerun_of_a_seed_is_named_in_a_warning(tmp_path, capsys):
 
 
 def test_mean_std_is_the_sample_std_and_an_infinite_value_leaves_the_mean_alone():
-    assert report.mean_std([30.0, 40.0]) == "35.0 ± 7.1"  # sqrt(50), n - 1 in the denominator; population: 5.0
-    assert report.mean_std([float("inf"), 80.0]) == "inf"
-    assert report.mean_std([80.0, 82.0], runs=3) == "81.0 ± 1.4 (n=2)"
+    assert mean_std([30.0, 40.0]) == "35.0 ± 7.1"  # sqrt(50), n - 1 in the denominator; population: 5.0
+    assert mean_std([float("inf"), 80.0]) == "inf"
+    assert mean_std([80.0, 82.0], runs=3) == "81.0 ± 1.4 (n=2)"
 
 
 def test_settings_leave_out_what_does_not_make_another_experiment_and_read_5_as_5_0():
     config = {"seed": 2, "paper": {"row": "Zaremba et al. 2014", "test": 82.7},
               "data": {"name": "ptb", "root": "/data"}, "trainer": {"clip": 5.0, "max_minutes": None}}
-    assert report.settings(config) == {"data.name": '"ptb"', "trainer.clip": "5"}
+    assert settings(config) == {"data.name": '"ptb"', "trainer.clip": "5"}
 
 
 # Table 1's rows as the presets' ``paper`` entries give them (conf/experiment/medium_*.yaml).
@@ -347,8 +351,8 @@ def test_curve_panels_go_small_medium_large_then_other_sizes(tmp_path, monkeypat
         titles.extend(ax.get_title() for ax in axes)
         plt.close(fig)
 
-    monkeypatch.setattr(report, "save_curves", save_curves)
-    report.plot_ptb(report.collect_ptb([tmp_path / "runs"]), tmp_path / "plot.png")
+    monkeypatch.setattr("vdrnn.report.ptb.save_curves", save_curves)  # where plot_ptb finds it
+    plot_ptb(collect_ptb([tmp_path / "runs"]), tmp_path / "plot.png")
     assert titles == [f"PTB {size}: validation perplexity" for size in ("small", "medium", "large", "300 units")]
 
 
@@ -378,7 +382,7 @@ def test_curve_plots_tick_whole_epochs(tmp_path):
 
     fig, ax = plt.subplots()
     ax.plot([1], [120.0], marker="o", label="a one-epoch run")
-    report.save_curves(fig, [ax], tmp_path / "curves.png")
+    save_curves(fig, [ax], tmp_path / "curves.png")
     assert (tmp_path / "curves.png").exists() and all(float(tick).is_integer() for tick in ax.get_xticks())
 
 
@@ -395,4 +399,4 @@ def test_mc_settings_of_weight_scaling_runs_do_not_set_them_apart(tmp_path):
     rows = ptb_rows(tmp_path)
     assert sorted((row["seeds"], "eval.mode=mc" in row["row"]) for row in rows) == [("1", True), ("1", True),
                                                                                      ("2", False)]
-    assert "???" not in "".join(report.base_settings().values())  # config.yaml's keys set by a group option
+    assert "???" not in "".join(base_settings().values())  # config.yaml's keys set by a group option

@@ -8,6 +8,10 @@ import json
 import pytest
 
 from vdrnn import report
+from vdrnn.report.calibration import reliability_panel
+from vdrnn.report.plots import line_label, plot_mean_curve
+from vdrnn.report.rows import QUIET_OVERRIDES, base_settings, run_overrides, run_settings
+from vdrnn.report.sentiment import collect_sentiment
 
 
 def fake_run(folder, dataset, cell, scheme, gates, seed, accuracy, p=None, trainer=None, data=None):
@@ -129,7 +133,7 @@ def test_runs_that_differ_in_another_setting_are_rows_named_by_it(tmp_path):
     fake_run(runs / "old", "imdb", "gru", "variational", "tied", 1, 0.85, trainer={"epochs": 20})
     fake_run(runs / "new", "imdb", "gru", "variational", "tied", 2, 0.87, trainer={"epochs": 20},
              data={"max_length": 200})
-    assert "data.max_length" not in report.base_settings()  # else this would not test what it says
+    assert "data.max_length" not in base_settings()  # else this would not test what it says
     # A number given on the command line (clip=5) and the same number from a preset (clip: 5.0) are one setting.
     fake_run(runs / "cli", "imdb", "gru", "variational", "tied", 3, 0.86, trainer={"epochs": 20.0})
     rows = [(r["row"], r["seeds"]) for r in imdb_rows(tmp_path)]
@@ -172,14 +176,14 @@ def test_a_rows_seeds_go_in_the_order_of_their_numbers_not_of_their_names(tmp_pa
 
 def test_curve_labels_name_the_probabilities_and_the_setting_that_tell_lines_apart():
     grid = {"in 0.5", "in 0.25"}  # the probabilities the panel holds the scheme at
-    assert report.line_label("variational", "in 0.5", "data.max_length=400", grid) == \
+    assert line_label("variational", "in 0.5", "data.max_length=400", grid) == \
         "variational [in 0.5; data.max_length=400]"
-    assert report.line_label("variational", "in 0.25", "data.max_length=400", grid) == \
+    assert line_label("variational", "in 0.25", "data.max_length=400", grid) == \
         "variational [in 0.25; data.max_length=400]"
-    assert report.line_label("variational", "in 0.25", "", grid) == "variational [in 0.25]"
-    assert report.line_label("variational", "in 0.5", "trainer.epochs=40", {"in 0.5"}) == \
+    assert line_label("variational", "in 0.25", "", grid) == "variational [in 0.25]"
+    assert line_label("variational", "in 0.5", "trainer.epochs=40", {"in 0.5"}) == \
         "variational [trainer.epochs=40]"
-    assert report.line_label("none", "–", "", {"–"}) == "none"
+    assert line_label("none", "–", "", {"–"}) == "none"
 
 
 def test_a_run_from_before_an_option_existed_counts_as_run_with_its_default(tmp_path):
@@ -203,8 +207,8 @@ def test_sentiment_runs_that_differ_only_in_evaluation_batch_size_are_seeds_of_o
     assert rows == [("2", "87.00 ± 1.41")]
     # A language model's evaluation batch cuts the text into other streams: there it is a setting.
     lm = {"data": {"name": "ptb", "eval_batch_size": 10}}
-    assert "data.eval_batch_size" in report.run_settings(lm)
-    assert "data.eval_batch_size" not in report.run_settings({"data": {"name": "imdb", "eval_batch_size": 10}})
+    assert "data.eval_batch_size" in run_settings(lm)
+    assert "data.eval_batch_size" not in run_settings({"data": {"name": "imdb", "eval_batch_size": 10}})
 
 
 def test_every_curve_of_a_crowded_panel_looks_different():
@@ -215,7 +219,7 @@ def test_every_curve_of_a_crowded_panel_looks_different():
 
     fig, ax = plt.subplots()
     for i in range(12):
-        report.plot_mean_curve(ax, [[1.0 + i, 2.0 + i]], f"line {i}")
+        plot_mean_curve(ax, [[1.0 + i, 2.0 + i]], f"line {i}")
     looks = [(line.get_color(), line.get_linestyle()) for line in ax.get_lines()]
     plt.close(fig)
     assert len(set(looks)) == 12
@@ -228,7 +232,7 @@ def test_a_mean_curve_averages_the_epochs_every_seed_reached():
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots()
-    report.plot_mean_curve(ax, [[1.0, 2.0, 3.0], [3.0, 4.0]], "line")
+    plot_mean_curve(ax, [[1.0, 2.0, 3.0], [3.0, 4.0]], "line")
     [line] = ax.get_lines()
     plt.close(fig)
     assert list(line.get_xdata()) == [1, 2] and list(line.get_ydata()) == [2.0, 3.0]
@@ -241,7 +245,7 @@ def test_a_run_joins_a_row_only_if_it_is_the_same_experiment_as_every_run_there(
     fake_run(runs / "a_old", "imdb", "lstm", "variational", "tied", 1, 0.85)
     fake_run(runs / "b_200", "imdb", "lstm", "variational", "tied", 2, 0.86, data={"max_length": 200})
     fake_run(runs / "c_400", "imdb", "lstm", "variational", "tied", 3, 0.88, data={"max_length": 400})
-    assert "data.max_length" not in report.base_settings()  # else the old run would have it at its default
+    assert "data.max_length" not in base_settings()  # else the old run would have it at its default
     rows = [(r["row"], r["seeds"]) for r in imdb_rows(tmp_path)]
     # Each row is named by the max_length of its runs, the old run's row too (it holds the 200 run).
     assert rows == [("LSTM · variational [data.max_length=200]", "2"), ("LSTM · variational [data.max_length=400]", "1")]
@@ -254,7 +258,7 @@ def test_a_sentiment_rows_overrides_leave_out_the_evaluation_batch_size_a_langua
     [row] = imdb_rows(tmp_path)
     assert row["overrides"] == "trainer.epochs=40"  # it changes no number of a sentiment run: not a setting there
     # A language model's evaluation batch is a setting (it cuts the text into other streams): it shows.
-    assert report.run_overrides(runs / "a", report.QUIET_OVERRIDES) == ["data.eval_batch_size=500", "trainer.epochs=40"]
+    assert run_overrides(runs / "a", QUIET_OVERRIDES) == ["data.eval_batch_size=500", "trainer.epochs=40"]
 
 
 def test_the_reliability_legend_gives_the_mean_of_the_seeds_eces(tmp_path):
@@ -266,9 +270,9 @@ def test_the_reliability_legend_gives_the_mean_of_the_seeds_eces(tmp_path):
     runs = tmp_path / "runs"
     calibrated_run(runs / "a", 1, 0.019, 0.007, [-0.017, -0.008])
     calibrated_run(runs / "b", 2, 0.007, 0.017, [0.009, 0.016])
-    [row] = report.collect_sentiment([runs])["imdb"]
+    [row] = collect_sentiment([runs])["imdb"]
     fig, ax = plt.subplots()
-    report.reliability_panel(ax, row)
+    reliability_panel(ax, row)
     labels = [text.get_text() for text in ax.get_legend().get_texts()]
     plt.close(fig)
     # The curve pools the seeds' bins, so the number beside it is not its own ECE but the seeds' mean: say so.
@@ -305,9 +309,9 @@ def test_the_reliability_diagram_pools_the_seeds_bins(tmp_path):
     metrics.update({"test_reliability": other, "test_reliability_mc": other})
     (runs / "b" / "metrics.json").write_text(json.dumps(metrics))
     a = json.loads((runs / "a" / "metrics.json").read_text())["test_reliability"]
-    [row] = report.collect_sentiment([runs])["imdb"]
+    [row] = collect_sentiment([runs])["imdb"]
     fig, ax = plt.subplots()
-    report.reliability_panel(ax, row)
+    reliability_panel(ax, row)
     ws = ax.get_lines()[0]
     plt.close(fig)
     pooled = {k: [x + y for x, y in zip(a[k], other[k], strict=True)] for k in a}

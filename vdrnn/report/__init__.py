@@ -1,0 +1,136 @@
+"""`vdrnn report DIR...`: Table 1 from finished runs, beside the paper's numbers, plus validation curves.
+
+Runs are found by their ``metrics.json`` anywhere under the given folders (a run dir, a sweep dir, or
+several; a run under two of them counts once); unfinished runs (``metrics.jsonl`` but no ``metrics.json``) are
+left out with a warning that names them. Runs that differ only by seed form one row, reported as mean ± std over
+seeds (``--pool KEY`` puts runs that differ in KEY too in one row, and names its values there). A row is named
+after its experiment preset's Table 1 row (``paper.row``) or, for ad-hoc runs, after its dropout scheme.
+The last column lists what its runs' command lines changed beyond their preset (say ``trainer.clip=5``, or
+``trainer.clip=5 (seed 1)`` where only some seeds did), so a row that departs from the paper's settings says so
+beside the paper's numbers; the epochs column shows a seed that a time cap stopped early.
+
+Sentiment runs (``dataset=imdb|scale``) get a table per dataset, one row per cell x scheme: test
+accuracy, NLL, ECE and entropy (IMDB) or RMSE (scale) of the best-validation checkpoint, with weight
+scaling and MC dropout; and the test error per epoch, one line per scheme and a panel per cell, as
+Gal & Ghahramani's sentiment figures (those curves follow every epoch's weights; the table's numbers
+are the best-validation checkpoint's). IMDB runs evaluated with MC dropout also get a calibration table,
+a line per run (both ECEs, the floor a calibrated predictor would score, the MC - weight scaling
+difference with its 95% interval) and, for a row of several seeds, a line of their means (the difference with a
+95% interval over the seeds), and reliability diagrams, a panel per row.
+
+Evaluations (``vdrnn eval``'s ``eval.json`` under the folders) get a table per dataset, a line each: the model
+scored, named as above, the checkpoint and epoch, the mode (weight scaling, or MC and its passes) and the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+from vdrnn.config import key_among
+from vdrnn.report.calibration import CALIBRATION_COLUMNS, calibrated_runs, calibration_table, plot_reliability
+from vdrnn.report.evaluations import evaluation_columns, evaluation_table, find_evaluations
+from vdrnn.report.found import check_found
+from vdrnn.report.ptb import PTB_COLUMNS, collect_ptb, plot_ptb, ptb_table
+from vdrnn.report.rows import NOT_SETTINGS, Row, run_settings
+from vdrnn.report.sentiment import collect_sentiment, plot_sentiment, sentiment_columns, sentiment_table
+
+
+def markdown(lines: list[list[str]], columns: list[str]) -> str:
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    out += ["| " + " | ".join(line) + " |" for line in lines]
+    return "\n".join(out) + "\n"
+
+
+def write_table(lines: list[list[str]], columns: list[str], stem: Path) -> str:
+    text = markdown(lines, columns)
+    stem.with_suffix(".md").write_text(text)
+    with open(stem.with_suffix(".csv"), "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        writer.writerows(lines)
+    return text
+
+
+# What names a row (its scheme, dropout column, cell, paper row and size: ptb_identity, sentiment_identity), so that
+# runs apart in it are never one row, pooled or not.
+NAMING_SETTINGS = ("dropout", "cell", "paper", "model.hidden_size")
+
+
+def check_poolable(pooled: tuple[str, ...]) -> None:
+    """Refuse a ``--pool`` key that would pool nothing without a word: one that names rows, or one that never
+    splits them (the seed)."""
+    for name in pooled:
+        if key_among(name, NAMING_SETTINGS) or any(key_among(key, (name,)) for key in NAMING_SETTINGS):
+            raise SystemExit(f"error: --pool {name}: the scheme, dropout probabilities, cell and size name a row "
+                             f"({', '.join(NAMING_SETTINGS)}), so runs apart there are never one row; pool another "
+                             f"setting, e.g. --pool trainer.epochs")
+        if key_among(name, NOT_SETTINGS):
+            raise SystemExit(f"error: --pool {name}: runs that differ only there are one row already "
+                             f"({', '.join(NOT_SETTINGS)} never set runs apart)")
+
+
+def check_pooled_keys_exist(folders: list[Path], rows: list[Row], pooled: tuple[str, ...]) -> None:
+    """Refuse a ``--pool`` key that no run of ``rows`` has (a typo), which would pool nothing without a word."""
+    known = {key for row in rows for run in row.runs for key in run_settings(run.get("config") or {})}
+    unknown = [name for name in pooled if not any(key_among(key, (name,)) for key in known)]
+    if unknown:
+        raise SystemExit(f"error: --pool {', '.join(unknown)}: no run under {', '.join(map(str, folders))} has that "
+                         f"setting; pool a dotted config key that differs between runs, e.g. --pool trainer.epochs")
+
+
+def write_report(folders: list[Path], out: Path, pooled: tuple[str, ...] = ()) -> tuple[str, list[Path]]:
+    """Write the tables and plots of every run under ``folders`` into ``out``: (the tables as text, files written).
+    Runs that differ only in ``pooled`` settings are seeds of one row."""
+    check_poolable(pooled)
+    rows = collect_ptb(folders, pooled)
+    sentiment = collect_sentiment(folders, pooled)
+    evaluations = find_evaluations(folders)
+    check_found(folders, bool(rows or sentiment or evaluations))
+    check_pooled_keys_exist(folders, [*rows, *(row for group in sentiment.values() for row in group)], pooled)
+    out.mkdir(parents=True, exist_ok=True)
+    texts, written = [], []
+    if rows:
+        texts.append(write_table(ptb_table(rows), PTB_COLUMNS, out / "table"))
+        plot_ptb(rows, out / "valid_ppl.png")
+        written += [out / "table.md", out / "table.csv", out / "valid_ppl.png"]
+    for dataset, dataset_rows in sentiment.items():
+        text = write_table(sentiment_table(dataset, dataset_rows), sentiment_columns(dataset), out / f"{dataset}_table")
+        texts.append(f"{dataset}: test metrics of the best-validation checkpoints\n\n{text}")
+        plot_sentiment(dataset, dataset_rows, out / f"{dataset}_test_curves.png")
+        written += [out / f"{dataset}_table.md", out / f"{dataset}_table.csv", out / f"{dataset}_test_curves.png"]
+        if calibrated_runs(dataset_rows):
+            text = write_table(calibration_table(dataset_rows), CALIBRATION_COLUMNS, out / f"{dataset}_calibration")
+            texts.append(f"{dataset}: calibration, MC dropout against weight scaling, per run\n\n{text}")
+            plot_reliability(dataset_rows, out / f"{dataset}_reliability.png")
+            written += [out / f"{dataset}_calibration.md", out / f"{dataset}_calibration.csv",
+                        out / f"{dataset}_reliability.png"]
+    for dataset, dataset_evaluations in evaluations.items():
+        text = write_table(evaluation_table(dataset, dataset_evaluations), evaluation_columns(dataset),
+                           out / f"{dataset}_evaluations")
+        texts.append(f"{dataset}: checkpoints scored by vdrnn eval\n\n{text}")
+        written += [out / f"{dataset}_evaluations.md", out / f"{dataset}_evaluations.csv"]
+    return "\n".join(texts), written
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="vdrnn report", description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="+", type=Path, help="run or sweep dirs holding metrics.json files")
+    parser.add_argument("--out", type=Path, default=None, help="where the tables (.md, .csv) and plots (.png) go "
+                                                               "(default: the first folder)")
+    parser.add_argument("--pool", metavar="KEY", action="append", default=[],
+                        help="a setting that does not split runs into rows: runs that differ only there are seeds "
+                             "of one row, whose name gives the values (e.g. --pool trainer.epochs, for seeds run "
+                             "to different lengths that kept the same epochs); repeatable")
+    args = parser.parse_args(argv)
+    # A mistyped folder beside one with runs would otherwise leave its runs out without a word.
+    missing = [str(folder) for folder in args.folders if not folder.is_dir()]
+    if missing:
+        parser.error(f"no such folder: {', '.join(missing)}")
+    out = args.out or args.folders[0]
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out} is a file; give a folder for the tables and plots (it is made if missing)")
+    text, written = write_report(args.folders, out, tuple(args.pool))
+    print(text, end="")
+    print(f"\nwrote {', '.join(map(str, written))}")

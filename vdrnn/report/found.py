@@ -1,0 +1,83 @@
+"""What `vdrnn report` reads: the files of runs under the folders given, and what to say of runs it leaves out."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def numbers_as_numbers(path: str | Path) -> list[str | int]:
+    """A sort key that reads the digits in a path as numbers, so that runs go seed 2, seed 10 rather than seed 10,
+    seed 2 (re.split with a group keeps text at the even places and numbers at the odd ones, so keys compare)."""
+    return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", str(path)))]
+
+
+def files_named(name: str, folders: list[Path]) -> list[Path]:
+    """Every file called ``name`` under ``folders``, in path order with numbers read as numbers (numbers_as_numbers),
+    each once where the folders overlap (``runs runs/b``)."""
+    found: dict[Path, Path] = {}
+    for folder in folders:
+        for path in sorted(Path(folder).rglob(name), key=numbers_as_numbers):
+            found.setdefault(path.resolve(), path)  # the path as given: the tables name runs by their folder
+    return list(found.values())
+
+
+def find_runs(folders: list[Path]):
+    """(path of metrics.json, its content) of every finished run under ``folders``."""
+    for path in files_named("metrics.json", folders):
+        yield path, read_metrics(path)
+
+
+def read_metrics(path: Path) -> dict[str, Any]:
+    """A run's metrics.json; one that is not JSON stops the report, naming it (it is written atomically, so
+    that is damage from outside, and which run to look at is what the reader needs)."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"error: {path} is not valid JSON ({err}); restore it or move its run out of the "
+                         f"folders reported") from err
+
+
+def unfinished_runs(folders: list[Path]) -> list[Path]:
+    """The run folders under ``folders`` with epochs (metrics.jsonl) but no final numbers (metrics.json): runs
+    stopped or still going, which the tables leave out."""
+    return [path.parent for path in files_named("metrics.jsonl", folders)
+            if not (path.parent / "metrics.json").exists()]
+
+
+def runs_without_epochs(folders: list[Path]) -> list[Path]:
+    """The run folders under ``folders`` (a vdrnn.log) with no finished epoch and no evaluation (eval.json): runs
+    refused at the start, or stopped in their first epoch; a sweep's failed job is one. Its vdrnn.log says why."""
+    return [path.parent for path in files_named("vdrnn.log", folders)
+            if not any((path.parent / name).exists() for name in ("metrics.jsonl", "metrics.json", "eval.json"))]
+
+
+RESUME_HINT = "to finish one, run its `vdrnn train` command again with hydra.run.dir=<run> (it resumes from last.pt)"
+
+
+def check_found(folders: list[Path], found: bool) -> None:
+    """Stop where ``folders`` hold no finished run (``found`` is false), saying why: only unfinished runs, or none.
+    Where there are finished runs, warn of the unfinished ones left out."""
+    unfinished = ", ".join(map(str, unfinished_runs(folders)))
+    where = ", ".join(map(str, folders))
+    if not found and unfinished:
+        raise SystemExit(f"error: no finished run under {where}, only unfinished ones (metrics.jsonl but no "
+                         f"metrics.json): {unfinished}; {RESUME_HINT}")
+    empty = ", ".join(map(str, runs_without_epochs(folders)))
+    if not found:
+        raise SystemExit(f"error: no metrics.json or eval.json under {where}; point at run, sweep or evaluation dirs"
+                         + (f" (runs that finished no epoch: {empty}; each one's vdrnn.log says why)" if empty else ""))
+    if unfinished:
+        print(f"warning: leaving out unfinished runs (metrics.jsonl but no metrics.json): {unfinished}; "
+              f"{RESUME_HINT}", file=sys.stderr)
+    if empty:
+        print(f"warning: leaving out runs that finished no epoch (refused, or stopped in their first): {empty}; "
+              f"each one's vdrnn.log says why", file=sys.stderr)
+
+
+def dataset_of(metrics: dict[str, Any]) -> str:
+    """The dataset of a metrics.json's or an eval.json's run (PTB for a config from before `data.name`)."""
+    return (metrics.get("config") or {}).get("data", {}).get("name", "ptb")
