@@ -14,11 +14,11 @@ from vdrnn.report.rows import QUIET_OVERRIDES, base_settings, run_overrides, run
 from vdrnn.report.sentiment import collect_sentiment
 
 
-def fake_run(folder, dataset, cell, scheme, gates, seed, accuracy, p=None, trainer=None, data=None):
+def fake_run(folder, dataset, cell, scheme, gates, seed, accuracy, p=None, trainer=None, data=None, units=128):
     folder.mkdir(parents=True)
     dropout = {"scheme": scheme, **({"input": p, "recurrent": p} if p else {})}
     config = {"data": {"name": dataset, **(data or {})}, "cell": {"type": cell, "gates": gates}, "dropout": dropout, "seed": seed,
-              **({"trainer": trainer} if trainer else {})}
+              "model": {"hidden_size": units}, **({"trainer": trainer} if trainer else {})}
     if dataset == "imdb":
         final = {"test_accuracy": accuracy, "test_nll": 0.3, "test_ece": 0.02, "test_entropy": 0.25,
                  "test_accuracy_mc": accuracy + 0.01, "test_nll_mc": 0.29, "test_ece_mc": 0.01, "test_entropy_mc": 0.3}
@@ -42,7 +42,7 @@ def test_sentiment_tables_group_cells_schemes_and_seeds(tmp_path):
     for seed, acc in ((1, 0.85), (2, 0.87)):
         fake_run(runs / f"gv{seed}", "imdb", "gru", "variational", "tied", seed, acc)
         fake_run(runs / f"ln{seed}", "imdb", "lstm", "none", "tied", seed, acc - 0.02)
-    fake_run(runs / "lu", "imdb", "lstm", "variational", "untied", 1, 0.88)
+    fake_run(runs / "lu", "imdb", "lstm", "variational", "untied", 1, 0.88, units=512)
     fake_run(runs / "scale", "scale", "lstm", "zaremba", "tied", 1, None)
     text, written = report.write_report([runs], tmp_path / "out")
     with open(tmp_path / "out" / "imdb_table.csv") as f:
@@ -50,7 +50,8 @@ def test_sentiment_tables_group_cells_schemes_and_seeds(tmp_path):
     assert list(rows) == ["LSTM · none", "LSTM · variational (untied)", "GRU · variational"]
     assert rows["GRU · variational"]["accuracy (%)"] == "86.00 ± 1.41" and rows["GRU · variational"]["seeds"] == "2"
     assert rows["GRU · variational"]["MC accuracy (%)"] == "87.00 ± 1.41" and rows["LSTM · none"]["ECE"] == "0.0200 ± 0.0000"
-    assert "| LSTM · zaremba | – | 1 | 0.1500 | 0.1400 |" in text  # the fake runs have no probabilities
+    assert (rows["GRU · variational"]["units"], rows["LSTM · variational (untied)"]["units"]) == ("128", "512")
+    assert "| LSTM · zaremba | 128 | – | 1 | 0.1500 | 0.1400 |" in text  # the fake runs have no probabilities
     assert not (tmp_path / "out" / "table.md").exists()  # no PTB runs, no PTB table
     for name in ("imdb_test_curves.png", "scale_test_curves.png"):
         assert (tmp_path / "out" / name).read_bytes().startswith(b"\x89PNG") and tmp_path / "out" / name in written

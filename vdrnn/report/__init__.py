@@ -9,7 +9,7 @@ The last column lists what its runs' command lines changed beyond their preset (
 ``trainer.clip=5 (seed 1)`` where only some seeds did), so a row that departs from the paper's settings says so
 beside the paper's numbers; the epochs column shows a seed that a time cap stopped early.
 
-Sentiment runs (``dataset=imdb|scale``) get a table per dataset, one row per cell x scheme: test
+Sentiment runs (``dataset=imdb|scale``) get a table per dataset, one row per cell x scheme (with its units): test
 accuracy, NLL, ECE and entropy (IMDB) or RMSE (scale) of the best-validation checkpoint, with weight
 scaling and MC dropout; and the test error per epoch, one line per scheme and a panel per cell, as
 Gal & Ghahramani's sentiment figures (those curves follow every epoch's weights; the table's numbers

@@ -45,6 +45,12 @@ class SentimentRow(Row):
     def name(self) -> str:
         return f"{self.cell.upper()} · {self.scheme}"
 
+    @property
+    def units(self) -> str:
+        """Its recurrent layer's units (``model.hidden_size``), as PTB's size column gives them; its runs share them
+        (rows of other sizes are named apart: distinguish)."""
+        return str((self.runs[0].get("config") or {}).get("model", {}).get("hidden_size", "–"))
+
 
 def sentiment_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
     """(cell, scheme, dropout probabilities): how a sentiment table names a run (see ptb_identity)."""
@@ -69,7 +75,7 @@ def collect_sentiment(folders: list[Path], pooled: tuple[str, ...] = ()) -> dict
 
 def sentiment_columns(dataset: str) -> list[str]:
     titles = [title for _, title, _, _ in SENTIMENT_METRICS[dataset]]
-    return ["row", "dropout", "seeds", *titles, *(f"MC {t}" for t in titles), *RUN_COLUMNS]
+    return ["row", "units", "dropout", "seeds", *titles, *(f"MC {t}" for t in titles), *RUN_COLUMNS]
 
 
 def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
@@ -81,7 +87,7 @@ def sentiment_table(dataset: str, rows: list[SentimentRow]) -> list[list[str]]:
                 values = [v * (100 if percent else 1) for v in row.values(f"test_{key}{suffix}")]
                 cells[key + suffix] = mean_std(values, digits, runs=len(row.runs))
         keys = [key for key, _, _, _ in SENTIMENT_METRICS[dataset]]
-        lines.append([row.label, dropout_cell(row.dropout, row.runs), str(len(row.runs)),
+        lines.append([row.label, row.units, dropout_cell(row.dropout, row.runs), str(len(row.runs)),
                       *(cells[k] for k in keys), *(cells[k + "_mc"] for k in keys), *row.run_cells()])
     return lines
 
