@@ -64,8 +64,8 @@ NOT_EXPERIMENT_OVERRIDES = ("data.root=", "device=", "trainer.progress=", "train
 
 def earlier_overrides(folder: Path, overrides: list[str]) -> list[str] | None:
     """The overrides an earlier call trained the job in ``folder`` with, if they make another experiment than
-    ``overrides``; None if they do not, or if that job saved nothing (Hydra records the overrides before the job
-    starts, so a job that failed at once, say on a mistyped value, must not block its corrected rerun)."""
+    ``overrides``; None if they do not, or if that job saved nothing (its overrides are recorded once a start is
+    accepted, so a job that then stopped in its first epoch, say out of memory, must not block its rerun)."""
     recorded = folder / ".hydra" / "overrides.yaml"
     if not recorded.exists() or not ((folder / "last.pt").exists() or (folder / "metrics.json").exists()):
         return None

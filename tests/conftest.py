@@ -79,12 +79,14 @@ def cli_in_process(monkeypatch, run_dir: Path, overrides):
     from types import SimpleNamespace
 
     from hydra.types import RunMode
+    from omegaconf import OmegaConf
 
     from vdrnn import cli
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    runtime = SimpleNamespace(runtime=SimpleNamespace(output_dir=str(run_dir)), mode=RunMode.RUN,
-                              overrides=SimpleNamespace(task=list(overrides)))
+    # A DictConfig, as Hydra's is: the commands write it into the run's record (.hydra/hydra.yaml).
+    runtime = OmegaConf.create({"runtime": {"output_dir": str(run_dir)}, "mode": RunMode.RUN,
+                                "overrides": {"task": list(overrides)}})
     monkeypatch.setattr(cli, "HydraConfig", SimpleNamespace(get=lambda: runtime))
     return cli
 

@@ -131,6 +131,7 @@ def test_multirun_sweep_makes_one_named_run_per_job(tmp_path, tiny_corpus):
     for name in evals:
         evaluated = json.loads((tmp_path / "evals" / name / "eval.json").read_text())
         assert evaluated["config"]["dropout"]["scheme"] in name
+        assert "data.eval_max_tokens=" in (tmp_path / "evals" / name / ".hydra" / "overrides.yaml").read_text()
 
 
 @pytest.mark.parametrize("path", ["multirun/d/t/1_dropout=zaremba,seed=2/best.pt", r"C:\runs\1_seed=2\best.pt",

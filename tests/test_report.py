@@ -59,14 +59,19 @@ def test_report_keeps_the_points_of_a_dropout_grid_apart(tmp_path, tiny_corpus):
 
 
 @pytest.mark.slow
-def test_a_refused_rerun_in_a_finished_runs_folder_leaves_its_overrides_as_they_were(tmp_path, tiny_corpus):
-    # Hydra rewrites .hydra/overrides.yaml at every start in a folder, one vdrnn then refuses too; the report reads
-    # the record vdrnn wrote when the run finished.
+def test_a_refused_rerun_in_a_finished_runs_folder_leaves_its_record_as_it_was(tmp_path, tiny_corpus):
+    """Hydra's record (.hydra/) is written once vdrnn accepts a start, so a rerun it refuses leaves the record of the
+    run the folder holds, and the report names that run's overrides."""
     common = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1", "hydra.run.dir=runs/a"]
     run_cli("train", *common, "trainer.clip=4", cwd=tmp_path)
+    record = tmp_path / "runs" / "a" / ".hydra"
+    written = {path.name: path.read_text() for path in record.iterdir()}
+    assert sorted(written) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
+    assert "trainer.clip=4" in written["overrides.yaml"] and "hidden_size: 16" in written["config.yaml"]
+    assert "run:\n    dir: runs/a" in written["hydra.yaml"]
     refused = run_cli("train", *common, "trainer.clip=4", "model.hidden_size=8", cwd=tmp_path, check=False)
     assert refused.returncode == 2 and "model.hidden_size: 16 -> 8" in refused.stderr
-    assert "model.hidden_size=8" in (tmp_path / "runs" / "a" / ".hydra" / "overrides.yaml").read_text()
+    assert {path.name: path.read_text() for path in record.iterdir()} == written
     [row] = ptb_rows(tmp_path)
     assert "trainer.clip=4" in row["overrides"] and "hidden_size=8" not in row["overrides"]
 
@@ -357,7 +362,7 @@ def test_curve_panels_go_small_medium_large_then_other_sizes(tmp_path, monkeypat
 
 
 def test_runs_that_finished_no_epoch_are_named_in_a_warning_and_evaluations_are_not(tmp_path, capsys):
-    """A sweep's refused job holds only vdrnn.log (and .hydra/): without a word the table would just lack a seed."""
+    """A sweep's refused job holds only vdrnn.log: without a word the table would just lack a seed."""
     runs = tmp_path / "runs"
     fake_ptb_run(runs / "s1", 1, [])
     for folder in ("refused", "evaluated"):

@@ -93,6 +93,17 @@ def _interrupted(run_dir: Path) -> NoReturn:
     raise SystemExit(130)
 
 
+def record_start(cfg: DictConfig, run_dir: Path) -> None:
+    """Hydra's record of a start, in ``run_dir/.hydra/`` as Hydra writes it (config.yaml, hydra.yaml,
+    overrides.yaml), written once vdrnn has accepted the start (conf/config.yaml turns Hydra's own off): a rerun in a
+    run's folder that vdrnn refuses, under other settings than its checkpoint's, leaves the record of the run there."""
+    hydra = HydraConfig.get()
+    record = {"config.yaml": cfg, "hydra.yaml": {"hydra": hydra}, "overrides.yaml": list(hydra.overrides.task)}
+    (run_dir / ".hydra").mkdir(exist_ok=True)
+    for name, content in record.items():
+        write_atomically(run_dir / ".hydra" / name, OmegaConf.to_yaml(content))
+
+
 def task(data_name: str):
     """The module that trains and evaluates on a dataset: `run(raw, run_dir)` and `evaluate(raw, path, payload)`."""
     if data_name == "ptb":
@@ -111,13 +122,13 @@ def train_command(cfg: DictConfig) -> float | None:
     raw = to_container(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        metrics = task(raw["data"]["name"]).run(raw, run_dir)
+        metrics = task(raw["data"]["name"]).run(raw, run_dir, accepted=lambda: record_start(cfg, run_dir))
     except VdrnnError as err:
         _fail(err)
     except KeyboardInterrupt:
         _interrupted(run_dir)
-    # The command line this run finished under, beside its metrics.json, for `vdrnn report`'s overrides column.
-    # Hydra's own record (.hydra/overrides.yaml) is rewritten by every start in the folder, a refused one too.
+    # The command line this run finished under, beside its metrics.json, for `vdrnn report`'s overrides column
+    # (.hydra/overrides.yaml is the last accepted start's, which may have stopped before the end).
     write_atomically(run_dir / "overrides.yaml", OmegaConf.to_yaml(list(HydraConfig.get().overrides.task)))
     # Returned so that a Hydra sweeper (e.g. Optuna) can minimise it: the score the run selected best.pt by,
     # best_valid_<selector> in metrics.json (ppl for PTB, nll for IMDB, rmse for scale, nll_mc or rmse_mc under
@@ -137,6 +148,7 @@ def eval_command(cfg: DictConfig) -> None:
         payload = checkpoint.load(path)  # read once: large models' checkpoints run to hundreds of MB
         given = {override.split("=", 1)[0].lstrip("+~") for override in HydraConfig.get().overrides.task}
         run_raw = eval_config(raw, payload["config"], given)
+        record_start(cfg, Path(HydraConfig.get().runtime.output_dir))
         metrics = task(payload["config"]["data"]["name"]).evaluate(run_raw, path, payload)
         # What it ran: the checkpoint's settings with the command line's (eval.*, amp, batch sizes), as metrics.json
         # records a training run's, and whether that is a smoke run's (a step cap, or capped data it brings along).

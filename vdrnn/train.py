@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -235,9 +236,12 @@ def evaluate_all(model: LanguageModel, corpus: ptb.Corpus, cfg: RunConfig) -> di
     return metrics
 
 
-def run(raw: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """`vdrnn train` on PTB: ``raw`` is the composed config as plain containers."""
-    return LanguageModelTrainer(from_dict(raw), run_dir, raw).fit()
+def run(raw: dict[str, Any], run_dir: Path, accepted: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """`vdrnn train` on PTB: ``raw`` is the composed config as plain containers; ``accepted`` is called once the
+    start is not refused (its settings valid, and a resume's those its checkpoint allows), before training."""
+    trainer = LanguageModelTrainer(from_dict(raw), run_dir, raw)
+    accepted()
+    return trainer.fit()
 
 
 def evaluate(raw: dict[str, Any], path: Path, payload: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -168,9 +169,12 @@ def describe(metrics: dict[str, float]) -> str:
             f"ent {metrics['entropy']:.4f}")
 
 
-def run(raw: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """`vdrnn train dataset=imdb|scale`: ``raw`` is the composed config as plain containers."""
-    return SentimentTrainer(from_dict(raw), run_dir, raw).fit()
+def run(raw: dict[str, Any], run_dir: Path, accepted: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """`vdrnn train dataset=imdb|scale`: ``raw`` is the composed config as plain containers; ``accepted`` is called
+    once the start is not refused (as for PTB: vdrnn.train.run), before training."""
+    trainer = SentimentTrainer(from_dict(raw), run_dir, raw)
+    accepted()
+    return trainer.fit()
 
 
 def evaluate(raw: dict[str, Any], path: Path, payload: dict[str, Any]) -> dict[str, Any]:
