@@ -105,7 +105,8 @@ def record_start(cfg: DictConfig, run_dir: Path) -> None:
 
 
 def task(data_name: str):
-    """The module that trains and evaluates on a dataset: `run(raw, run_dir)` and `evaluate(raw, path, payload)`."""
+    """The module that trains and evaluates on a dataset: `run(raw, run_dir, accepted)` and
+    `evaluate(raw, path, payload)`."""
     if data_name == "ptb":
         from vdrnn import train
 
