@@ -142,6 +142,7 @@ def eval_command(cfg: DictConfig) -> None:
     from vdrnn import checkpoint
 
     raw = to_container(cfg)
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         if not raw.get("checkpoint"):
             raise VdrnnError("vdrnn eval needs checkpoint=PATH (a best.pt or last.pt of a run)")
@@ -149,7 +150,7 @@ def eval_command(cfg: DictConfig) -> None:
         payload = checkpoint.load(path)  # read once: large models' checkpoints run to hundreds of MB
         given = {override.split("=", 1)[0].lstrip("+~") for override in HydraConfig.get().overrides.task}
         run_raw = eval_config(raw, payload["config"], given)
-        record_start(cfg, Path(HydraConfig.get().runtime.output_dir))
+        record_start(cfg, run_dir)
         metrics = task(payload["config"]["data"]["name"]).evaluate(run_raw, path, payload)
         # What it ran: the checkpoint's settings with the command line's (eval.*, amp, batch sizes), as metrics.json
         # records a training run's, and whether that is a smoke run's (a step cap, or capped data it brings along).
@@ -160,7 +161,7 @@ def eval_command(cfg: DictConfig) -> None:
     except KeyboardInterrupt:
         log.warning("interrupted; no eval.json was written")
         raise SystemExit(130) from None
-    out = Path(HydraConfig.get().runtime.output_dir) / "eval.json"
+    out = run_dir / "eval.json"
     out.write_text(json.dumps(metrics, indent=2) + "\n")
     # The numbers on the terminal; the config and the reliability diagrams' bins only in the file.
     print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, dict) and not

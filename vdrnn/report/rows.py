@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from vdrnn.config import MC_ONLY, key_among
 from vdrnn.dropout import DropoutConfig
 from vdrnn.report.found import numbers_as_numbers
+from vdrnn.sentiment import config as sentiment_config
 from vdrnn.tracking import flatten, read_jsonl
 
 
@@ -152,14 +153,13 @@ def base_settings() -> dict[str, str]:
 # weight-scaling number beyond float rounding (MC draws its masks in another order: another draw). A language
 # model's evaluation batch does change its numbers: it cuts the text into other streams.
 SENTIMENT_NOT_SETTINGS = ("data.eval_batch_size",)
-SENTIMENT_DATASETS = ("imdb", "scale")
 
 
 def run_settings(config: dict[str, Any], pooled: tuple[str, ...] = ()) -> dict[str, str]:
     """A run's settings, with those it did not log (options added to vdrnn since) at their defaults, less the
     ``pooled`` ones (dotted keys or groups, ``vdrnn report --pool``)."""
     out = {**base_settings(), **settings(config)}
-    ignored = (*pooled, *SENTIMENT_NOT_SETTINGS) if (config.get("data") or {}).get("name") in SENTIMENT_DATASETS \
+    ignored = (*pooled, *SENTIMENT_NOT_SETTINGS) if (config.get("data") or {}).get("name") in sentiment_config.DATASETS \
         else pooled
     if out.get("eval.mode") == json.dumps("scale"):  # MC's keys change nothing of a weight-scaling run
         ignored = (*ignored, *MC_ONLY)
