@@ -11,6 +11,7 @@ import pytest
 from conftest import TINY, run_cli
 
 from vdrnn import report
+from vdrnn.report.found import find_runs
 from vdrnn.report.plots import save_curves
 from vdrnn.report.ptb import collect_ptb, plot_ptb
 from vdrnn.report.rows import base_settings, mean_std, scheme_name, settings
@@ -357,7 +358,7 @@ def test_curve_panels_go_small_medium_large_then_other_sizes(tmp_path, monkeypat
         plt.close(fig)
 
     monkeypatch.setattr("vdrnn.report.ptb.save_curves", save_curves)  # where plot_ptb finds it
-    plot_ptb(collect_ptb([tmp_path / "runs"]), tmp_path / "plot.png")
+    plot_ptb(collect_ptb(find_runs([tmp_path / "runs"])), tmp_path / "plot.png")
     assert titles == [f"PTB {size}: validation perplexity" for size in ("small", "medium", "large", "300 units")]
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from vdrnn import report
 from vdrnn.report.calibration import reliability_panel
+from vdrnn.report.found import find_runs
 from vdrnn.report.plots import line_label, plot_mean_curve
 from vdrnn.report.rows import QUIET_OVERRIDES, base_settings, run_overrides, run_settings
 from vdrnn.report.sentiment import collect_sentiment
@@ -271,7 +272,7 @@ def test_the_reliability_legend_gives_the_mean_of_the_seeds_eces(tmp_path):
     runs = tmp_path / "runs"
     calibrated_run(runs / "a", 1, 0.019, 0.007, [-0.017, -0.008])
     calibrated_run(runs / "b", 2, 0.007, 0.017, [0.009, 0.016])
-    [row] = collect_sentiment([runs])["imdb"]
+    [row] = collect_sentiment(find_runs([runs]))["imdb"]
     fig, ax = plt.subplots()
     reliability_panel(ax, row)
     labels = [text.get_text() for text in ax.get_legend().get_texts()]
@@ -310,7 +311,7 @@ def test_the_reliability_diagram_pools_the_seeds_bins(tmp_path):
     metrics.update({"test_reliability": other, "test_reliability_mc": other})
     (runs / "b" / "metrics.json").write_text(json.dumps(metrics))
     a = json.loads((runs / "a" / "metrics.json").read_text())["test_reliability"]
-    [row] = collect_sentiment([runs])["imdb"]
+    [row] = collect_sentiment(find_runs([runs]))["imdb"]
     fig, ax = plt.subplots()
     reliability_panel(ax, row)
     ws = ax.get_lines()[0]

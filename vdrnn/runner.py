@@ -211,9 +211,8 @@ class EpochTrainer:
         torch.manual_seed(cfg.seed)
         # The checkpoint to continue from is read, and refused where its settings differ, before the data loads
         # (IMDB's takes ~15 s), so that a resume under other settings fails at once; fit() restores it.
-        self.resume_changes = ""  # the settings a resume changes, for its log line (check_resumable)
         self.resume_from = self.resume_point()
-        self.resume_payload = self.read_resume(self.resume_from) if self.resume_from is not None else None
+        self.resume_read = self.read_resume(self.resume_from) if self.resume_from is not None else None
         self.vocab: list[str] = []
         self.model: torch.nn.Module = self.setup()
         self.optimizer = make_optimizer(self.model, cfg.trainer)
@@ -370,21 +369,20 @@ class EpochTrainer:
             **self.extra_state(),
         }
 
-    def read_resume(self, path: Path) -> dict[str, Any]:
-        """The checkpoint ``path`` to continue from, refused where it is not one (a best.pt) or was trained under
-        settings this run may not change."""
+    def read_resume(self, path: Path) -> tuple[dict[str, Any], str]:
+        """The checkpoint ``path`` to continue from and the settings this run changes (``key: old -> new, ...``, or
+        ""); refused where it is not one (a best.pt) or was trained under settings this run may not change."""
         payload = checkpoint.load(path)
         if not payload.get("resumable", True):
             raise CheckpointError(
                 f"{path} holds the weights as validated (under averaged SGD, the averages), not the state to continue "
                 f"training from: resume from the run's last.pt, or start a new run from these weights with "
                 f"init_from={path}")
-        self.resume_changes = check_resumable(payload["config"], self.raw_config, path, option_defaults(self.cfg))
-        return payload
+        return payload, check_resumable(payload["config"], self.raw_config, path, option_defaults(self.cfg))
 
-    def restore(self, path: Path, payload: dict[str, Any] | None = None) -> None:
-        """Continue from the checkpoint ``path`` (``payload``: its content as read_resume read it, else read now)."""
-        payload = self.read_resume(path) if payload is None else payload
+    def restore(self, path: Path, read: tuple[dict[str, Any], str] | None = None) -> None:
+        """Continue from the checkpoint ``path`` (``read``: what read_resume returned for it, else read now)."""
+        payload, changes = self.read_resume(path) if read is None else read
         checkpoint.check_vocab(payload, self.vocab, path, "resume with the same data.* settings, or use a new output dir")
         checkpoint.load_model_state(self.model, payload, path, "resume with the run's own model.* and cell "
                                     "settings, or start a new run in a new output dir")
@@ -411,7 +409,7 @@ class EpochTrainer:
                 f"start a fresh run in a new output dir (init_from={path} starts from its weights)") from err
         self.run_seconds = payload.get("run_seconds", self.train_seconds)  # checkpoints from before max_minutes
         log.info("resumed from %s after epoch %d (step %d)%s", path, self.epoch, self.step,
-                 f", with changed settings: {self.resume_changes}" if self.resume_changes else "")
+                 f", with changed settings: {changes}" if changes else "")
 
     @property
     def resuming(self) -> bool:
@@ -479,8 +477,8 @@ class EpochTrainer:
         cfg = self.cfg
         resume = self.resume_from
         if resume is not None:
-            self.restore(resume, self.resume_payload)
-            self.resume_payload = None  # its tensors are the model's and the optimizer's now
+            self.restore(resume, self.resume_read)
+            self.resume_read = None  # its tensors are the model's and the optimizer's now
             if resume.expanduser().resolve().parent != self.run_dir.resolve():
                 self.adopt(resume.expanduser())
             self.keep_newer_best()

@@ -31,7 +31,7 @@ from pathlib import Path
 from vdrnn.config import key_among
 from vdrnn.report.calibration import CALIBRATION_COLUMNS, calibrated_runs, calibration_table, plot_reliability
 from vdrnn.report.evaluations import evaluation_columns, evaluation_table, find_evaluations
-from vdrnn.report.found import check_found
+from vdrnn.report.found import check_found, find_runs
 from vdrnn.report.ptb import PTB_COLUMNS, collect_ptb, plot_ptb, ptb_table
 from vdrnn.report.rows import NOT_SETTINGS, Row, run_settings
 from vdrnn.report.sentiment import collect_sentiment, plot_sentiment, sentiment_columns, sentiment_table
@@ -84,8 +84,9 @@ def write_report(folders: list[Path], out: Path, pooled: tuple[str, ...] = ()) -
     """Write the tables and plots of every run under ``folders`` into ``out``: (the tables as text, files written).
     Runs that differ only in ``pooled`` settings are seeds of one row."""
     check_poolable(pooled)
-    rows = collect_ptb(folders, pooled)
-    sentiment = collect_sentiment(folders, pooled)
+    runs = find_runs(folders)  # read once: the PTB and the sentiment tables each take theirs
+    rows = collect_ptb(runs, pooled)
+    sentiment = collect_sentiment(runs, pooled)
     evaluations = find_evaluations(folders)
     check_found(folders, bool(rows or sentiment or evaluations))
     check_pooled_keys_exist(folders, [*rows, *(row for group in sentiment.values() for row in group)], pooled)

@@ -25,10 +25,9 @@ def files_named(name: str, folders: list[Path]) -> list[Path]:
     return list(found.values())
 
 
-def find_runs(folders: list[Path]):
+def find_runs(folders: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
     """(path of metrics.json, its content) of every finished run under ``folders``."""
-    for path in files_named("metrics.json", folders):
-        yield path, read_metrics(path)
+    return [(path, read_metrics(path)) for path in files_named("metrics.json", folders)]
 
 
 def read_metrics(path: Path) -> dict[str, Any]:

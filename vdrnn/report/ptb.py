@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vdrnn.report.found import dataset_of, find_runs
+from vdrnn.report.found import dataset_of
 from vdrnn.report.plots import draw_curves, save_curves
 from vdrnn.report.rows import (
     QUIET_OVERRIDES,
@@ -57,9 +57,10 @@ def ptb_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
     return (paper["row"] if paper else scheme_name(config)), size, dropout_label(config.get("dropout", {}))
 
 
-def collect_ptb(folders: list[Path], pooled: tuple[str, ...] = ()) -> list[PtbRow]:
-    """Rows (name x size x dropout, seeds together): small, medium, large, other sizes; each in Table 1's order."""
-    runs = [(path, metrics) for path, metrics in find_runs(folders) if dataset_of(metrics) == "ptb"]
+def collect_ptb(found: list[tuple[Path, dict[str, Any]]], pooled: tuple[str, ...] = ()) -> list[PtbRow]:
+    """The rows of the PTB runs among ``found`` (found.find_runs) (name x size x dropout, seeds together): small,
+    medium, large, other sizes; each in Table 1's order."""
+    runs = [(path, metrics) for path, metrics in found if dataset_of(metrics) == "ptb"]
     rows = group_runs(runs, ptb_identity, PtbRow, lambda epoch: epoch["valid_ppl"], pooled)
 
     def order(row: PtbRow):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vdrnn.report.found import dataset_of, find_runs
+from vdrnn.report.found import dataset_of
 from vdrnn.report.plots import draw_curves, save_curves
 from vdrnn.report.rows import (
     RUN_COLUMNS,
@@ -58,10 +58,12 @@ def sentiment_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
     return config.get("cell", {}).get("type", "lstm"), scheme_name(config), dropout_label(config.get("dropout", {}))
 
 
-def collect_sentiment(folders: list[Path], pooled: tuple[str, ...] = ()) -> dict[str, list[SentimentRow]]:
-    """dataset -> rows (cell x scheme, seeds together), in the order LSTM, GRU, RNN x none ... variational."""
+def collect_sentiment(found: list[tuple[Path, dict[str, Any]]],
+                      pooled: tuple[str, ...] = ()) -> dict[str, list[SentimentRow]]:
+    """dataset -> the rows of its runs among ``found`` (found.find_runs) (cell x scheme, seeds together), in the
+    order LSTM, GRU, RNN x none ... variational."""
     runs: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
-    for path, metrics in find_runs(folders):
+    for path, metrics in found:
         if dataset_of(metrics) in SENTIMENT_METRICS:
             runs.setdefault(dataset_of(metrics), []).append((path, metrics))
 
