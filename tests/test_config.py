@@ -334,12 +334,13 @@ def test_eval_refuses_mc_keys_for_a_weight_scaling_evaluation():
     """eval.samples with a checkpoint trained under eval=scale (or with eval=scale given) would change nothing."""
     trained = to_container(composed())  # eval=scale
     with pytest.raises(ConfigError, match=r"eval.samples is for MC dropout, and this evaluation is weight scaling "
-                                          r"\(eval=scale, the checkpoint's\): add eval=mc"):
+                                          r"\(eval=scale, the checkpoint's\): add eval=mc, or drop it$"):
         eval_config(to_container(composed("eval.samples=10")), trained, {"checkpoint", "eval.samples"})
     mc = eval_config(to_container(composed("eval=mc", "eval.samples=10")), trained, {"checkpoint", "eval", "eval.samples"})
     assert (mc["eval"]["mode"], mc["eval"]["samples"]) == ("mc", 10)
     preset = to_container(composed("experiment=imdb_lstm_variational"))  # eval=mc
-    with pytest.raises(ConfigError, match=r"are for MC dropout.*\(eval=scale, given\)"):
+    with pytest.raises(ConfigError, match=r"eval.batch, eval.samples are for MC dropout.*\(eval=scale, given\): "
+                                          r"add eval=mc, or drop them$"):
         eval_config(to_container(composed("eval=scale", "eval.samples=10", "eval.batch=5")), preset,
                     {"checkpoint", "eval", "eval.samples", "eval.batch"})
 

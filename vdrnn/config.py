@@ -311,6 +311,11 @@ def key_among(key: str, names: tuple[str, ...]) -> bool:
     return any(key == name or key.startswith(name + ".") for name in names)
 
 
+def drop_them(keys: list[str]) -> str:
+    """The end of an error that refuses ``keys`` of the command line: "drop it" or "drop them"."""
+    return f"drop {'them' if len(keys) > 1 else 'it'}"
+
+
 def eval_config(raw: dict[str, Any], trained: dict[str, Any], given: set[str]) -> dict[str, Any]:
     """The config `vdrnn eval` runs: ``trained`` (the checkpoint's) with what ``raw`` (the command line's composed
     config) may change: device, seed, data location, and where given the evaluation settings, batch sizes,
@@ -322,7 +327,7 @@ def eval_config(raw: dict[str, Any], trained: dict[str, Any], given: set[str]) -
         lm_only = [k for k in ignored if key_among(k, EVAL_WHEN_GIVEN_LM)]
         raise ConfigError(
             f"vdrnn eval runs the checkpoint under the settings it was trained with (model, data, dropout, training), "
-            f"so {', '.join(ignored)} would be ignored: drop {'them' if len(ignored) > 1 else 'it'}"
+            f"so {', '.join(ignored)} would be ignored: {drop_them(ignored)}"
             + (f" ({', '.join(lm_only)}: language models only, and this checkpoint was trained on "
                f"{trained['data']['name']})"
                if lm_only else "")
@@ -344,6 +349,6 @@ def eval_config(raw: dict[str, Any], trained: dict[str, Any], given: set[str]) -
     if mc_only and merged["eval"]["mode"] != "mc":
         whose = "given" if "eval" in given else "the checkpoint's"
         raise ConfigError(f"{', '.join(mc_only)} {'are' if len(mc_only) > 1 else 'is'} for MC dropout, and this "
-                          f"evaluation is weight scaling (eval=scale, {whose}): add eval=mc, or drop "
-                          f"{'them' if len(mc_only) > 1 else 'it'}")
+                          f"evaluation is weight scaling (eval=scale, {whose}): add eval=mc, or "
+                          f"{drop_them(mc_only)}")
     return merged
