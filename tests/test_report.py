@@ -62,7 +62,8 @@ def test_report_keeps_the_points_of_a_dropout_grid_apart(tmp_path, tiny_corpus):
 @pytest.mark.slow
 def test_a_refused_rerun_in_a_finished_runs_folder_leaves_its_record_as_it_was(tmp_path, tiny_corpus):
     """Hydra's record (.hydra/) is written once vdrnn accepts a start, so a rerun it refuses leaves the record of the
-    run the folder holds, and the report names that run's overrides."""
+    run the folder holds, and the report names that run's overrides; a refused start in a fresh folder records its
+    own."""
     common = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1", "hydra.run.dir=runs/a"]
     run_cli("train", *common, "trainer.clip=4", cwd=tmp_path)
     record = tmp_path / "runs" / "a" / ".hydra"
@@ -75,6 +76,11 @@ def test_a_refused_rerun_in_a_finished_runs_folder_leaves_its_record_as_it_was(t
     assert {path.name: path.read_text() for path in record.iterdir()} == written
     [row] = ptb_rows(tmp_path)
     assert "trainer.clip=4" in row["overrides"] and "hidden_size=8" not in row["overrides"]
+    # A refused start in a fresh folder, a sweep's failed job say, leaves its own record beside the error.
+    fresh = run_cli("train", *common[:-1], "hydra.run.dir=runs/b", "dropout.embedding=1.5", cwd=tmp_path, check=False)
+    assert fresh.returncode == 2 and "dropout.embedding" in fresh.stderr
+    assert "dropout.embedding=1.5" in (tmp_path / "runs" / "b" / ".hydra" / "overrides.yaml").read_text()
+    assert "dropout.embedding" in (tmp_path / "runs" / "b" / "vdrnn.log").read_text()
 
 
 MEDIUM_VARIATIONAL = {"scheme": "variational", "embedding": 0.2, "input": 0.5, "recurrent": 0.2, "output": 0.5}

@@ -59,14 +59,19 @@ class JobFailed(CompactHydraException):
     """A `-m` sweep job's VdrnnError. Hydra prints a CompactHydraException's message without a traceback."""
 
 
-def _fail(err: VdrnnError) -> NoReturn:
+def _fail(err: VdrnnError, cfg: DictConfig, run_dir: Path) -> NoReturn:
     """Print ``err`` (it names the problem and the fix) and end the job without a traceback.
+
+    A folder with no record yet (a fresh start's) gets this start's (.hydra/), so that a refused job of a sweep says
+    what it was given beside the error in its vdrnn.log; a folder that has one keeps it (record_start).
 
     A single run exits with status 2. A job of a `-m` sweep raises an Exception instead: Hydra's launcher records
     it as that job's failure and goes on to the next job (a SystemExit would end the whole sweep there), and once
     the jobs have run, Hydra reports the first failed one and exits with status 1.
     """
     _write_to_log_file(str(err))
+    if not (run_dir / ".hydra").exists():
+        record_start(cfg, run_dir)
     print(f"error: {err}", file=sys.stderr)
     if HydraConfig.get().mode == RunMode.MULTIRUN:
         raise JobFailed(str(err)) from err
@@ -96,7 +101,8 @@ def _interrupted(run_dir: Path) -> NoReturn:
 def record_start(cfg: DictConfig, run_dir: Path) -> None:
     """Hydra's record of a start, in ``run_dir/.hydra/`` as Hydra writes it (config.yaml, hydra.yaml,
     overrides.yaml), written once vdrnn has accepted the start (conf/config.yaml turns Hydra's own off): a rerun in a
-    run's folder that vdrnn refuses, under other settings than its checkpoint's, leaves the record of the run there."""
+    run's folder that vdrnn refuses, under other settings than its checkpoint's, leaves the record of the run there
+    (a refused start in a folder with no record gets its own: _fail)."""
     hydra = HydraConfig.get()
     record = {"config.yaml": cfg, "hydra.yaml": {"hydra": hydra}, "overrides.yaml": list(hydra.overrides.task)}
     (run_dir / ".hydra").mkdir(exist_ok=True)
@@ -125,7 +131,7 @@ def train_command(cfg: DictConfig) -> float | None:
     try:
         metrics = task(raw["data"]["name"]).run(raw, run_dir, accepted=lambda: record_start(cfg, run_dir))
     except VdrnnError as err:
-        _fail(err)
+        _fail(err, cfg, run_dir)
     except KeyboardInterrupt:
         _interrupted(run_dir)
     # The command line this run finished under, beside its metrics.json, for `vdrnn report`'s overrides column
@@ -157,7 +163,7 @@ def eval_command(cfg: DictConfig) -> None:
         metrics["smoke"] = is_smoke(run_raw)
         metrics["config"] = run_raw
     except VdrnnError as err:
-        _fail(err)
+        _fail(err, cfg, run_dir)
     except KeyboardInterrupt:
         log.warning("interrupted; no eval.json was written")
         raise SystemExit(130) from None
