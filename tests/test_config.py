@@ -257,6 +257,9 @@ def test_lr_schedule_matches_zaremba_medium():
     ("trainer.select=best", "trainer.select='best'; choose `scale`"),
     ("trainer.select=mc eval=mc", "a language model keeps the epoch of best weight-scaling validation perplexity"),
     ("dataset=imdb trainer.select=mc", r"trainer.select=mc picks best.pt by the MC-dropout validation score.*add eval=mc"),
+    ("dataset=imdb data.valid_fraction=0", r"data.valid_fraction=0 holds no validation reviews out, and "
+                                           r"trainer.select=scale picks .*add trainer.select=last"),
+    ("dataset=imdb data.valid_fraction=1 trainer.select=last", r"data.valid_fraction=1 must be in \[0, 1\)"),
 ])
 def test_bad_values_are_refused_with_the_fix(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -362,6 +365,15 @@ def test_the_tuned_imdb_presets_are_gals_variational_models_with_only_their_tuni
         "data.max_length", "model.hidden_size", "trainer.epochs", "trainer.ema", "eval.word_dropout"}
     cfg = validated(composed(f"experiment={preset}"))
     assert (cfg.model.hidden_size, cfg.trainer.ema, cfg.dropout.recurrent) == (512, 0.9995, 0.5)
+    assert_header_runs(preset)
+
+
+def test_the_gal_protocol_preset_trains_on_every_training_review_and_keeps_the_last_epoch():
+    preset = "imdb_lstm_variational_gal_protocol"
+    assert changed_keys("imdb_lstm_variational_tuned", preset) == {
+        "data.valid_fraction", "trainer.select", "dropout.embedding"}
+    cfg = validated(composed(f"experiment={preset}"))
+    assert (cfg.data.valid_fraction, cfg.trainer.select, cfg.dropout.embedding) == (0, "last", 0.45)
     assert_header_runs(preset)
 
 

@@ -101,6 +101,16 @@ def test_vocabulary_comes_from_training_reviews_only(fake_imdb):
     assert sum(word.isdigit() for word in task.vocab) == 30
 
 
+def test_without_validation_reviews_every_training_review_trains_and_builds_the_vocabulary(fake_imdb, fake_scale):
+    """data.valid_fraction=0 (Gal's scripts' protocol, with trainer.select=last) holds nothing out."""
+    task = load_task(SentimentDataConfig(root=str(fake_imdb), valid_fraction=0))
+    assert (len(task.train), len(task.valid), len(task.test)) == (40, 0, 40)
+    assert sum(word.isdigit() for word in task.vocab) == 40  # every training review's own number
+    scale_task = load_task(SentimentDataConfig(name="scale", root=str(fake_scale), max_length=4, test_fraction=0.2,
+                                               valid_fraction=0))
+    assert len(scale_task.valid) == 0 and len(set(scale_task.train.targets.tolist())) == 32  # 40 reviews less 8 test
+
+
 def test_a_smoke_runs_test_subset_holds_both_labels_of_a_file_sorted_by_label(tmp_path):
     """data.limit takes a shuffled subset of the test reviews, not the file's first ones: IMDB's files are sorted by
     label, so the first N would all be negative."""
@@ -540,17 +550,20 @@ def test_mc_regression_side_by_side_equals_one_pass_at_a_time_in_expectation():
     assert ((side_by_side - scaled).abs() > 5 * error).any()  # the MC estimate, not weight scaling
 
 
-@pytest.mark.parametrize("select", ["scale", "mc"])
+@pytest.mark.parametrize("select", ["scale", "mc", "last"])
 def test_an_interrupted_sentiment_run_resumes_to_the_uninterrupted_numbers(fake_imdb, tmp_path, select):
     """Adam's moments, the weight average, the RNG and the per-epoch test curve all come back from last.pt; with
-    trainer.select=mc the MC validation scores too."""
+    trainer.select=mc the MC validation scores too; with trainer.select=last, here without validation reviews, the
+    last epoch is tested."""
     from conftest import history
 
     from vdrnn.sentiment import run
 
+    held_out = ["data.valid_fraction=0"] if select == "last" else []
+
     def train(folder, epochs):
         raw = tiny_imdb_config(fake_imdb, "cell=gru", f"trainer.epochs={epochs}", "trainer.ema=0.9", "eval=mc",
-                               "eval.samples=3", "eval.batch=3", f"trainer.select={select}")
+                               "eval.samples=3", "eval.batch=3", f"trainer.select={select}", *held_out)
         return run(raw, tmp_path / folder)
 
     straight = train("straight", 3)
@@ -562,7 +575,7 @@ def test_an_interrupted_sentiment_run_resumes_to_the_uninterrupted_numbers(fake_
 
     assert untimed("resumed") == untimed("straight") and len(untimed("resumed")) == 3
     for key in ("test_accuracy", "test_nll", "test_accuracy_mc", "test_nll_mc",
-                "best_valid_nll" if select == "scale" else "best_valid_nll_mc"):
+                {"scale": "best_valid_nll", "mc": "best_valid_nll_mc", "last": "best_valid_nll"}[select]):
         assert resumed[key] == straight[key], key
 
 
@@ -589,6 +602,52 @@ def test_selecting_by_mc_validation_keeps_the_training_run_and_the_epoch_of_best
     assert by_mc["best_valid_nll_mc"] == min(mc_scores) and "best_valid_nll" not in by_mc
     assert checkpoint.load(tmp_path / "mc" / checkpoint.BEST)["epoch"] == 1 + mc_scores.index(min(mc_scores))
     assert by_scale["best_valid_nll"] == min(r["valid_nll"] for r in scale_epochs)
+
+
+def test_selecting_the_last_epoch_keeps_the_training_run_and_tests_its_last_weights(fake_imdb, tmp_path):
+    """trainer.select=last: the same training run as trainer.select=scale (validation still scored and logged),
+    best.pt rewritten every epoch, and the final test that of the last epoch's weights."""
+    from conftest import history
+
+    from vdrnn import checkpoint
+    from vdrnn.sentiment import run
+
+    def train(select):
+        # lr 1 overshoots: validation NLL measured 0.83, 0.21, 2.42, 2.17, so the two keep different epochs.
+        raw = tiny_imdb_config(fake_imdb, "trainer.epochs=4", "trainer.lr=1.0", "eval=scale",
+                               f"trainer.select={select}")
+        return run(raw, tmp_path / select), history(tmp_path / select)
+
+    (by_scale, scale_epochs), (by_last, last_epochs) = train("scale"), train("last")
+    same = ("train_loss", "valid_nll", "test_nll", "test_accuracy")
+    assert [[r[k] for k in same] for r in last_epochs] == [[r[k] for k in same] for r in scale_epochs]
+    scores = [r["valid_nll"] for r in scale_epochs]
+    assert scores.index(min(scores)) != 3
+    assert checkpoint.load(tmp_path / "last" / checkpoint.BEST)["epoch"] == 4
+    assert by_last["best_valid_nll"] == scores[-1] and by_scale["best_valid_nll"] == min(scores)
+    for key in ("nll", "accuracy", "ece"):  # no weight average: best.pt's weights are the last epoch's
+        assert by_last[f"test_{key}"] == last_epochs[-1][f"test_{key}"], key
+    assert by_scale["test_nll"] != by_last["test_nll"]
+
+
+def test_a_run_without_validation_reviews_trains_on_all_and_tests_its_last_epoch(fake_imdb, tmp_path):
+    """data.valid_fraction=0 with trainer.select=last: nothing validated or logged as validation, every epoch on all
+    40 training reviews, the last epoch tested; the score a sweeper would read is None."""
+    from conftest import history
+
+    from vdrnn import checkpoint
+    from vdrnn.sentiment import run
+
+    raw = tiny_imdb_config(fake_imdb, "trainer.epochs=2", "trainer.lr=0.05", "trainer.ema=0", "eval=scale",
+                           "trainer.select=last", "data.valid_fraction=0")
+    metrics = run(raw, tmp_path)
+    records = history(tmp_path)
+    assert len(records) == 2 and not any(k.startswith("valid_") for r in records for k in r)
+    assert records[-1]["step"] == 2 * 5  # 40 reviews in minibatches of 8, not the 30 a quarter held out leaves
+    assert metrics["best_valid_nll"] is None and not any(k.startswith("valid_") for k in metrics)
+    assert metrics["test_nll"] == records[-1]["test_nll"]
+    assert checkpoint.load(tmp_path / checkpoint.BEST)["epoch"] == 2
+    assert json.loads((tmp_path / "metrics.json").read_text())["best_valid_nll"] is None  # JSON null, not NaN
 
 
 def test_a_run_selecting_by_mc_resumes_only_with_the_mc_score_it_selected_by(fake_imdb, tmp_path):

@@ -153,6 +153,28 @@ def test_scale_regression_run_reports_rmse_both_ways(tmp_path, scale_dir):
     assert 0 < metrics["test_rmse_mc"] < math.inf
 
 
+def test_gals_protocol_trains_on_every_training_review_and_tests_the_last_epoch(tmp_path, scale_dir):
+    """data.valid_fraction=0 trainer.select=last, the protocol of Gal's scripts (no review held out, a fixed number
+    of epochs, the final weights tested), from the command line: no validation anywhere in the outputs, and the run
+    read back by TensorBoard and `vdrnn report`."""
+    run_cli("train", "experiment=scale_lstm_variational", *SMALL, f"data.root={scale_dir}", "data.valid_fraction=0",
+            "trainer.select=last", "eval.samples=3", "hydra.run.dir=run", cwd=tmp_path)
+    run = tmp_path / "run"
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["best_valid_rmse"] is None and not any(key.startswith("valid_") for key in metrics)
+    assert metrics["epochs"] == 2 and torch.load(run / "best.pt", weights_only=True)["epoch"] == 2
+    assert metrics["test_rmse"] == pytest.approx(history(run)[-1]["test_rmse"], rel=1e-6)  # the last epoch's weights
+    assert " / 0 valid / " in (run / "vdrnn.log").read_text()
+    tags = set(events_of(run).Tags()["scalars"])
+    assert {"test_per_epoch/rmse", "test/rmse", "test/rmse_mc"} <= tags
+    assert not any(tag.startswith(("valid/", "best/")) for tag in tags)
+    report.main([str(run), "--out", str(tmp_path / "report")])
+    with open(tmp_path / "report" / "scale_table.csv") as f:
+        [row] = list(csv.DictReader(f))
+    assert row["RMSE"] == f"{metrics['test_rmse']:.4f}" and row["MC RMSE"] == f"{metrics['test_rmse_mc']:.4f}"
+    assert "data.valid_fraction=0" in row["overrides"] and "trainer.select=last" in row["overrides"]
+
+
 def test_gru_with_learned_gaussian_noise_trains_its_alpha(tmp_path, imdb_dir):
     """dropout.learn_alpha on the sentiment model (per-gate GRU masks): log alpha [3, D] per site, trained, <= 0."""
     run_cli("train", "experiment=imdb_gru_variational", "dropout=gaussian_untied", "dropout.learn_alpha=true",

@@ -229,6 +229,19 @@ def test_weight_average_is_the_bias_corrected_exponential_average_of_the_iterate
     assert restored.steps == 5 and torch.equal(restored.averages()[0], average.averages()[0])
 
 
+@pytest.mark.parametrize("select,kept_epoch,best_valid", [("scale", 1, 40.0), ("last", 2, 45.0)])
+def test_best_pt_keeps_the_best_validated_epoch_or_with_select_last_the_last(tmp_path, tiny_corpus, select, kept_epoch,
+                                                                             best_valid):
+    from vdrnn import checkpoint
+
+    t = trainer(tmp_path, tiny_corpus, f"trainer.select={select}", "trainer.epochs=2")
+    scores = iter([40.0, 45.0])  # the second epoch validates worse
+    t.validate = lambda: {"ppl": next(scores)}
+    metrics = t.fit()
+    assert checkpoint.load(tmp_path / "best.pt")["epoch"] == kept_epoch
+    assert metrics["best_valid_ppl"] == best_valid
+
+
 def test_with_ema_the_average_is_validated_and_kept_while_training_goes_on_from_the_weights(tmp_path, tiny_corpus):
     t = trainer(tmp_path, tiny_corpus, "trainer.ema=0.9", "trainer.epochs=1", "trainer.lr=0.5")
     validated = []

@@ -76,9 +76,10 @@ class TrainerConfig:
             raise ConfigError(f"trainer.loss={self.loss!r}; choose `sum_over_time` (Zaremba, Gal) or `mean` (AWD)")
         if self.cuda_graph not in ("auto", "off"):
             raise ConfigError(f"trainer.cuda_graph={self.cuda_graph!r}; choose `auto` or `off`")
-        if self.select not in ("scale", "mc"):
+        if self.select not in ("scale", "mc", "last"):
             raise ConfigError(f"trainer.select={self.select!r}; choose `scale` (best.pt by the weight-scaling "
-                              f"validation score) or `mc` (by the MC-dropout one; sentiment runs)")
+                              f"validation score), `mc` (by the MC-dropout one; sentiment runs) or `last` (the "
+                              f"last epoch's weights, a fixed budget)")
         if self.weight_decay_mode not in ("gal", "l2"):
             raise ConfigError(f"trainer.weight_decay_mode={self.weight_decay_mode!r}; choose `gal` or `l2`")
         if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):

@@ -524,12 +524,18 @@ class EpochTrainer:
         self.train_seconds += time.perf_counter() - started
         with self.evaluation_weights():
             valid = self.validate()
-            score = valid[self.selector]
-            if not math.isfinite(score):
+            # None where the run holds no validation data out (a sentiment run with data.valid_fraction=0, which
+            # needs trainer.select=last): then nothing is validated and the last epoch is kept.
+            score = valid.get(self.selector)
+            if score is not None and not math.isfinite(score):
                 raise self.diverged(f"validation {self.selector} is {score}")
             self.epoch = epoch
-            improved = score < self.best_valid
-            self.best_valid = min(self.best_valid, score)
+            if self.cfg.trainer.select == "last":  # a fixed budget: every epoch replaces best.pt
+                improved = True
+                self.best_valid = math.nan if score is None else score
+            else:
+                improved = score < self.best_valid
+                self.best_valid = min(self.best_valid, score)
             if improved:  # the weights as validated
                 # Marked: taken inside evaluation_weights (ASGD's averages) and before after_validation, it is not
                 # the state to continue training from; last.pt is.
@@ -545,10 +551,11 @@ class EpochTrainer:
         logger.scalars({**{f"valid/{k}": v for k, v in valid.items()},
                         **{f"test_per_epoch/{k}": v for k, v in curve.items()},
                         **{f"noise/{k}": v for k, v in noise.items()},
-                        f"best/valid_{self.selector}": self.best_valid}, self.step)
+                        **({f"best/valid_{self.selector}": self.best_valid} if score is not None else {})}, self.step)
         logger.epoch(record)
         log.info("epoch %d/%d  lr %.4g  %s  %s words/s  %.0fs%s", epoch, cfg.trainer.epochs, lr, self.summary(record),
-                 f"{stats['wps']:,.0f}", stats["epoch_seconds"], "  (best)" if improved else "")
+                 f"{stats['wps']:,.0f}", stats["epoch_seconds"],
+                 "  (best)" if improved and cfg.trainer.select != "last" else "")
         checkpoint.save(self.state(), self.run_dir / checkpoint.LAST)
 
     # ----------------------------------------------------------------------------- testing
@@ -561,10 +568,12 @@ class EpochTrainer:
         if best.exists():
             checkpoint.load_model_state(self.model, checkpoint.load(best), best, "it is another run's best.pt: "
                                         "move it out of this run's folder")
-        elif math.isfinite(self.best_valid):  # validated, yet the weights that scored best are gone
+        elif self.epoch > 0:  # every finished epoch writes or keeps a best.pt, yet it is gone
+            kept = ("its last epoch's weights (trainer.select=last)" if self.cfg.trainer.select == "last" else
+                    f"the weights that validated to {self.selector} {self.best_valid:.4g}")
             raise CheckpointError(
-                f"{best} is missing although the run validated to {self.selector} {self.best_valid:.4g}; testing "
-                f"the last weights instead would report the wrong model. Put that run's best.pt there (or pass "
+                f"{best} is missing although the run validated and kept {kept}; testing the weights in memory "
+                f"instead would report the wrong model. Put that run's best.pt there (or pass "
                 f"checkpoint=<its best.pt> to `vdrnn eval`)")
         metrics = self.final_metrics()
         if self.model.noise_scales is not None:  # the tested model's learned dropout variances
@@ -572,7 +581,8 @@ class EpochTrainer:
         history = self.run_dir / "metrics.jsonl"
         records = read_jsonl(history) if history.exists() else []
         metrics.update({
-            f"best_valid_{self.selector}": self.best_valid,
+            # The score best.pt validated to; None where the run validated nothing (data.valid_fraction=0).
+            f"best_valid_{self.selector}": None if math.isnan(self.best_valid) else self.best_valid,
             "epochs": self.epoch,
             "steps": self.step,
             "train_seconds": self.train_seconds,

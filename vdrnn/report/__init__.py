@@ -10,10 +10,10 @@ The last column lists what its runs' command lines changed beyond their preset (
 beside the paper's numbers; the epochs column shows a seed that a time cap stopped early.
 
 Sentiment runs (``dataset=imdb|scale``) get a table per dataset, one row per cell x scheme (with its units): test
-accuracy, NLL, ECE and entropy (IMDB) or RMSE (scale) of the best-validation checkpoint, with weight
-scaling and MC dropout; and the test error per epoch, one line per scheme and a panel per cell, as
-Gal & Ghahramani's sentiment figures (those curves follow every epoch's weights; the table's numbers
-are the best-validation checkpoint's). IMDB runs evaluated with MC dropout also get a calibration table,
+accuracy, NLL, ECE and entropy (IMDB) or RMSE (scale) of the kept checkpoint (best.pt: the best-validation
+epoch's, or under ``trainer.select=last`` the last epoch's), with weight scaling and MC dropout; and the test error
+per epoch, one line per scheme and a panel per cell, as Gal & Ghahramani's sentiment figures (those curves follow
+every epoch's weights; the table's numbers are the kept checkpoint's). IMDB runs evaluated with MC dropout also get a calibration table,
 a line per run (both ECEs, the floor a calibrated predictor would score, the MC - weight scaling
 difference with its 95% interval) and, for a row of several seeds, a line of their means (the difference with a
 95% interval over the seeds), and reliability diagrams, a panel per row.
@@ -98,7 +98,7 @@ def write_report(folders: list[Path], out: Path, pooled: tuple[str, ...] = ()) -
         written += [out / "table.md", out / "table.csv", out / "valid_ppl.png"]
     for dataset, dataset_rows in sentiment.items():
         text = write_table(sentiment_table(dataset, dataset_rows), sentiment_columns(dataset), out / f"{dataset}_table")
-        texts.append(f"{dataset}: test metrics of the best-validation checkpoints\n\n{text}")
+        texts.append(f"{dataset}: test metrics of the kept checkpoints (best.pt)\n\n{text}")
         plot_sentiment(dataset, dataset_rows, out / f"{dataset}_test_curves.png")
         written += [out / f"{dataset}_table.md", out / f"{dataset}_table.csv", out / f"{dataset}_test_curves.png"]
         if calibrated_runs(dataset_rows):

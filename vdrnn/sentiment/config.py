@@ -36,7 +36,7 @@ class SentimentDataConfig:
     eval_batch_size: int = 1000
     max_length: int = 200  # tokens kept per review (IMDB) or per chunk (scale)
     vocab_size: int = 20_000  # including <pad> and <unk>
-    valid_fraction: float = 0.1  # of the training reviews, held out for model selection
+    valid_fraction: float = 0.1  # of the training reviews, held out for model selection (0: none, trainer.select=last)
     test_fraction: float | None = None  # scale only: the test share of the reviews (IMDB has its own test set)
     split_seed: int = 0  # fixes the validation (and scale test) split, independent of `seed`
     limit: int | None = None  # smoke runs: at most this many reviews per IMDB split, or of the scale data in all
@@ -49,8 +49,9 @@ class SentimentDataConfig:
                 raise ConfigError(f"data.{key}={getattr(self, key)} must be at least 1")
         if self.vocab_size < 3:
             raise ConfigError(f"data.vocab_size={self.vocab_size} must leave room for <pad>, <unk> and words")
-        if not 0 < self.valid_fraction < 1:
-            raise ConfigError(f"data.valid_fraction={self.valid_fraction} must be in (0, 1)")
+        if not 0 <= self.valid_fraction < 1:
+            raise ConfigError(f"data.valid_fraction={self.valid_fraction} must be in [0, 1) (0: train on every "
+                              f"training review, with trainer.select=last)")
         if self.name == "scale" and not (self.test_fraction and 0 < self.test_fraction < 1):
             raise ConfigError(f"data.test_fraction={self.test_fraction} must be in (0, 1) for the scale data "
                               f"(Gal: 0.2)")
@@ -112,13 +113,18 @@ def from_dict(raw: dict[str, Any]) -> SentimentRunConfig:
                           "passes: add eval=mc (or drop trainer.select=mc to select by weight scaling)")
     for where, config in (("trainer", trainer), ("eval", evaluation)):
         refuse_lm_only(where, config)
+    data = build(SentimentDataConfig, raw["data"], "data")
+    if data.valid_fraction == 0 and trainer.select != "last":
+        raise ConfigError(f"data.valid_fraction=0 holds no validation reviews out, and trainer.select="
+                          f"{trainer.select} picks best.pt by a validation score: add trainer.select=last (the last "
+                          f"epoch's weights, trainer.epochs a fixed budget), or hold reviews out (default 0.1)")
     if raw.get("init_from"):
         raise ConfigError(f"init_from={raw['init_from']}: sentiment runs do not take init_from, which starts a "
                           f"new language-model run (dataset=ptb) from trained weights. Drop it; to continue an "
                           f"interrupted sentiment run, use resume=PATH to its last.pt")
     seed, device = run_settings(raw)
     return SentimentRunConfig(
-        data=build(SentimentDataConfig, raw["data"], "data"),
+        data=data,
         model=model,
         dropout=dropout,
         trainer=trainer,

@@ -3,6 +3,8 @@
 IMDB (classification): the 25,000 training reviews are shuffled with ``data.split_seed`` and the first
 ``valid_fraction`` of them (2,500 by default) are held out for validation; the 25,000 test reviews are
 only read at the end (and for the per-epoch test curve). Each review keeps its last ``max_length`` tokens.
+``valid_fraction=0`` (which needs ``trainer.select=last``) holds none out, as Gal's scripts, which train on every
+training review for a fixed number of epochs.
 
 Scale (regression, Gal's set-up): the 5,006 reviews are shuffled with ``data.split_seed``, repeated texts
 kept once (4,959 remain), and split **by review**: the last ``test_fraction`` (20%) are the test set, ``valid_fraction`` of the rest is
@@ -95,7 +97,7 @@ def _check_count(name: str, found: int, expected: int) -> None:
 def _parts(train: list, test: list, cfg: SentimentDataConfig) -> tuple[dict, dict, list[str]]:
     """The train / valid / test reviews (valid: the first ``valid_fraction`` of ``train``), each review's
     tokens, and the vocabulary, built from the training part alone."""
-    n_valid = _held_out(len(train), cfg.valid_fraction)
+    n_valid = _held_out(len(train), cfg.valid_fraction) if cfg.valid_fraction else 0
     parts = {"train": train[n_valid:], "valid": train[:n_valid], "test": test}
     words = {name: [tokenize(r.text) for r in items] for name, items in parts.items()}
     return parts, words, build_vocab(words["train"], cfg.vocab_size)

@@ -6,7 +6,9 @@ optimizer step each (Adam in Gal's scripts), dropout masks drawn for each miniba
 the test metrics of this epoch's weights (weight scaling; the per-epoch curve of Gal's figures, in
 ``metrics.jsonl``), ``best.pt`` when validation improved, and ``last.pt``. At the end the best-validation
 checkpoint is tested with weight scaling and, with ``eval=mc``, MC dropout: those are the headline numbers in
-``metrics.json``.
+``metrics.json``. ``trainer.select=last`` keeps the last epoch's weights instead (``trainer.epochs`` is then a
+fixed budget, chosen beforehand), and with ``data.valid_fraction=0`` the run trains on every training review
+and validates nothing: the protocol of Gal's scripts.
 
 Model selection uses the validation loss the model is trained on: NLL (IMDB) or RMSE (scale), of the
 weight-scaling predictor, or with ``trainer.select=mc`` of the MC-dropout one (``eval.samples`` passes, the
@@ -63,7 +65,9 @@ def evaluate_all(model: SentimentModel, task: TaskData, cfg: SentimentRunConfig)
             scores.update(calibration_report(predictions, labels))
         return {f"test_{k}{suffix}": v for k, v in scores.items()}
 
-    metrics: dict[str, Any] = {f"valid_{k}": v for k, v in evaluate_split(model, task.valid, task, cfg, mc=False).items()}
+    metrics: dict[str, Any] = {}
+    if len(task.valid):  # none held out under data.valid_fraction=0
+        metrics.update({f"valid_{k}": v for k, v in evaluate_split(model, task.valid, task, cfg, mc=False).items()})
     scaled = predict_split(model, task.test, task, cfg, mc=False)
     metrics.update(scored(scaled, ""))
     if cfg.eval.mode == "mc":
@@ -122,7 +126,8 @@ class SentimentTrainer(EpochTrainer):
         return self.train_loop(batches, step, lr, logger, bar)
 
     def validate(self) -> dict[str, float]:
-        valid = evaluate_split(self.model, self.task.valid, self.task, self.cfg, mc=False)
+        # No validation reviews (data.valid_fraction=0, trainer.select=last): the test curve alone.
+        valid = evaluate_split(self.model, self.task.valid, self.task, self.cfg, mc=False) if len(self.task.valid) else {}
         if self.cfg.trainer.select == "mc":
             # A fork of the random state, restored after: the MC masks do not shift the training's own draws.
             with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
@@ -136,13 +141,14 @@ class SentimentTrainer(EpochTrainer):
         valid = {k.removeprefix("valid_"): v for k, v in record.items() if k.startswith("valid_")}
         test = {k.removeprefix("test_"): v for k, v in record.items() if k.startswith("test_")}
         mc = {k.removesuffix("_mc"): v for k, v in valid.items() if k.endswith("_mc")}
-        return (f"train loss {record['train_loss']:.4f}  valid {describe(valid)}"
+        return (f"train loss {record['train_loss']:.4f}{f'  valid {describe(valid)}' if valid else ''}"
                 f"{f'  valid MC {describe(mc)}' if mc else ''}  test {describe(test)}")
 
     def final_metrics(self) -> dict[str, Any]:
         metrics = evaluate_all(self.model, self.task, self.cfg)
-        names = [key.removeprefix("valid_") for key in metrics if key.startswith("valid_")]
-        log.info("test %s (best-validation checkpoint)%s", describe({k: metrics[f"test_{k}"] for k in names}),
+        names = metric_names(self.task.kind)
+        kept = "last epoch" if self.cfg.trainer.select == "last" else "best-validation checkpoint"
+        log.info("test %s (%s)%s", describe({k: metrics[f"test_{k}"] for k in names}), kept,
                  f", MC test {describe({k: metrics[f'test_{k}_mc'] for k in names})} ({self.cfg.eval.samples} samples)"
                  if self.cfg.eval.mode == "mc" else "")
         if "test_ece_mc_minus_ws" in metrics:
@@ -153,12 +159,17 @@ class SentimentTrainer(EpochTrainer):
         return metrics
 
     def final_tags(self) -> dict[str, str]:
-        names = ("accuracy", "nll", "ece", "entropy") if self.task.kind == CLASSIFICATION else ("rmse",)
+        names = metric_names(self.task.kind)
         tags = {**super().final_tags(), **{f"test/{n}": f"test_{n}" for n in names},
                 **{f"test/{n}_mc": f"test_{n}_mc" for n in names}}
         if self.task.kind == CLASSIFICATION:
             tags["test/ece_mc_minus_ws"] = "test_ece_mc_minus_ws"
         return tags
+
+
+def metric_names(kind: str) -> tuple[str, ...]:
+    """The metrics a task's predictions are scored by (vdrnn.sentiment.predict.split_metrics)."""
+    return ("accuracy", "nll", "ece", "entropy") if kind == CLASSIFICATION else ("rmse",)
 
 
 def describe(metrics: dict[str, float]) -> str:
