@@ -35,6 +35,10 @@ EXTRA_RUNS: dict[str, list[str]] = {
     # test written down before the runs (select_mc_seeds/run.sh.txt).
     "imdb/select_mc_seeds": [f"imdb/select_mc_long/runs/imdb_lstm_var_tuned_42ep_selmc_seed{seed}"
                              for seed in range(1, 6)],
+    # Gal's protocol (all training reviews, the last epoch) beside the same settings with best.pt by validation:
+    # the preset's word-type p 0.5 and the word-type runs' 0.45, seeds 1-3 each.
+    "imdb/gals_protocol": [f"imdb/tokenizer/runs/imdb_lstm_var_tuned_seed{seed}" for seed in range(1, 4)]
+    + [f"imdb/word_types/runs/imdb_lstm_var_tuned_words0.45_seed{seed}" for seed in range(1, 4)],
 }
 
 # Results folder -> settings its report pools: runs that differ only there are seeds of one row.
