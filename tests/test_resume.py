@@ -120,7 +120,7 @@ def test_a_run_whose_best_checkpoint_is_gone_is_not_tested_on_its_last_weights(t
     (tmp_path / "first" / "best.pt").unlink()
     result = run_cli("train", *common, f"resume={tmp_path / 'first' / 'last.pt'}", "hydra.run.dir=second",
                      cwd=tmp_path, check=False)
-    assert result.returncode == 2 and "best.pt is missing although the run validated" in result.stderr
+    assert result.returncode == 2 and "best.pt is missing although the run kept there the weights that validated to ppl" in result.stderr
 
 
 def test_divergence_stops_without_losing_the_last_good_checkpoint(tmp_path, tiny_corpus):

@@ -650,6 +650,20 @@ def test_a_run_without_validation_reviews_trains_on_all_and_tests_its_last_epoch
     assert json.loads((tmp_path / "metrics.json").read_text())["best_valid_nll"] is None  # JSON null, not NaN
 
 
+def test_a_fixed_budget_run_whose_best_pt_is_gone_is_not_tested_on_the_weights_in_memory(fake_imdb, tmp_path):
+    """Under trainer.ema the weights in memory are not the average best.pt kept: the rerun refuses to test them."""
+    from vdrnn.errors import CheckpointError
+    from vdrnn.sentiment import run
+
+    raw = tiny_imdb_config(fake_imdb, "trainer.epochs=1", "trainer.ema=0.9", "eval=scale", "trainer.select=last",
+                           "data.valid_fraction=0")
+    run(raw, tmp_path)
+    (tmp_path / "best.pt").unlink()
+    with pytest.raises(CheckpointError, match=r"best.pt is missing although the run kept there its last epoch's "
+                                              r"weights \(trainer.select=last\)"):
+        run(raw, tmp_path)  # continues from last.pt, with no epoch left to train, to the test
+
+
 def test_a_run_selecting_by_mc_resumes_only_with_the_mc_score_it_selected_by(fake_imdb, tmp_path):
 
     from vdrnn.sentiment import run

@@ -173,6 +173,11 @@ def test_gals_protocol_trains_on_every_training_review_and_tests_the_last_epoch(
         [row] = list(csv.DictReader(f))
     assert row["RMSE"] == f"{metrics['test_rmse']:.4f}" and row["MC RMSE"] == f"{metrics['test_rmse_mc']:.4f}"
     assert "data.valid_fraction=0" in row["overrides"] and "trainer.select=last" in row["overrides"]
+    run_cli("eval", f"checkpoint={run / 'best.pt'}", f"data.root={scale_dir}", "device=cpu", "hydra.run.dir=eval",
+            cwd=tmp_path)
+    evaluated = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert evaluated["test_rmse"] == pytest.approx(metrics["test_rmse"], rel=1e-6) and evaluated["epoch"] == 2
+    assert not any(key.startswith("valid_") for key in evaluated)
 
 
 def test_gru_with_learned_gaussian_noise_trains_its_alpha(tmp_path, imdb_dir):

@@ -139,7 +139,7 @@ def train_command(cfg: DictConfig) -> float | None:
     write_atomically(run_dir / "overrides.yaml", OmegaConf.to_yaml(list(HydraConfig.get().overrides.task)))
     # Returned so that a Hydra sweeper (e.g. Optuna) can minimise it: the score the run selected best.pt by,
     # best_valid_<selector> in metrics.json (ppl for PTB, nll for IMDB, rmse for scale, nll_mc or rmse_mc under
-    # trainer.select=mc; lower is better).
+    # trainer.select=mc; lower is better; None where nothing was validated, data.valid_fraction=0).
     return next((value for key, value in metrics.items() if key.startswith("best_valid_")), None)
 
 

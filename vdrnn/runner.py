@@ -572,9 +572,9 @@ class EpochTrainer:
             kept = ("its last epoch's weights (trainer.select=last)" if self.cfg.trainer.select == "last" else
                     f"the weights that validated to {self.selector} {self.best_valid:.4g}")
             raise CheckpointError(
-                f"{best} is missing although the run validated and kept {kept}; testing the weights in memory "
-                f"instead would report the wrong model. Put that run's best.pt there (or pass "
-                f"checkpoint=<its best.pt> to `vdrnn eval`)")
+                f"{best} is missing although the run kept there {kept}; testing the weights in memory instead "
+                f"would report the wrong model. Put that run's best.pt there (or pass checkpoint=<its best.pt> to "
+                f"`vdrnn eval`)")
         metrics = self.final_metrics()
         if self.model.noise_scales is not None:  # the tested model's learned dropout variances
             metrics["noise"] = self.model.noise_scales.summary()
