@@ -81,7 +81,8 @@ def _shuffled(items: list, seed: int, limit: int | None) -> list:
 
 
 def _held_out(count: int, fraction: float) -> int:
-    return max(1, round(count * fraction))
+    """How many of ``count`` reviews a ``fraction`` holds out: at least one, or none for a fraction of 0."""
+    return max(1, round(count * fraction)) if fraction else 0
 
 
 def _check_count(name: str, found: int, expected: int) -> None:
@@ -97,7 +98,7 @@ def _check_count(name: str, found: int, expected: int) -> None:
 def _parts(train: list, test: list, cfg: SentimentDataConfig) -> tuple[dict, dict, list[str]]:
     """The train / valid / test reviews (valid: the first ``valid_fraction`` of ``train``), each review's
     tokens, and the vocabulary, built from the training part alone."""
-    n_valid = _held_out(len(train), cfg.valid_fraction) if cfg.valid_fraction else 0
+    n_valid = _held_out(len(train), cfg.valid_fraction)
     parts = {"train": train[n_valid:], "valid": train[:n_valid], "test": test}
     words = {name: [tokenize(r.text) for r in items] for name, items in parts.items()}
     return parts, words, build_vocab(words["train"], cfg.vocab_size)

@@ -86,5 +86,8 @@ def predict_split(model: SentimentModel, split: Split, task: TaskData, cfg: Sent
 
 def evaluate_split(model: SentimentModel, split: Split, task: TaskData, cfg: SentimentRunConfig,
                    mc: bool) -> dict[str, float]:
-    """Metrics of one split under weight scaling, or (``mc``) MC dropout with the run's eval settings."""
+    """Metrics of one split under weight scaling, or (``mc``) MC dropout with the run's eval settings; none for an
+    empty split (the validation reviews under data.valid_fraction=0)."""
+    if not len(split):
+        return {}
     return split_metrics(predict_split(model, split, task, cfg, mc), split, task)

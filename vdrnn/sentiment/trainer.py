@@ -65,9 +65,7 @@ def evaluate_all(model: SentimentModel, task: TaskData, cfg: SentimentRunConfig)
             scores.update(calibration_report(predictions, labels))
         return {f"test_{k}{suffix}": v for k, v in scores.items()}
 
-    metrics: dict[str, Any] = {}
-    if len(task.valid):  # none held out under data.valid_fraction=0
-        metrics.update({f"valid_{k}": v for k, v in evaluate_split(model, task.valid, task, cfg, mc=False).items()})
+    metrics: dict[str, Any] = {f"valid_{k}": v for k, v in evaluate_split(model, task.valid, task, cfg, mc=False).items()}
     scaled = predict_split(model, task.test, task, cfg, mc=False)
     metrics.update(scored(scaled, ""))
     if cfg.eval.mode == "mc":
@@ -126,8 +124,8 @@ class SentimentTrainer(EpochTrainer):
         return self.train_loop(batches, step, lr, logger, bar)
 
     def validate(self) -> dict[str, float]:
-        # No validation reviews (data.valid_fraction=0, trainer.select=last): the test curve alone.
-        valid = evaluate_split(self.model, self.task.valid, self.task, self.cfg, mc=False) if len(self.task.valid) else {}
+        # Empty without validation reviews (data.valid_fraction=0, trainer.select=last): the test curve alone.
+        valid = evaluate_split(self.model, self.task.valid, self.task, self.cfg, mc=False)
         if self.cfg.trainer.select == "mc":
             # A fork of the random state, restored after: the MC masks do not shift the training's own draws.
             with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
