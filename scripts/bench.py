@@ -19,7 +19,7 @@ Times are CUDA-event medians over many steps after warm-up. Writes bench.md and 
 --sweep times one fused layer per block shape and runs the table with the fastest shape per size.
 
 Imports vdrnn's model and training-step modules, so the machine needs vdrnn's dependencies (omegaconf
-among them, through vdrnn.graphed), though not hydra.
+among them, through vdrnn.config), though not hydra.
 """
 
 from __future__ import annotations
@@ -40,9 +40,12 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from vdrnn.config import ModelConfig  # noqa: E402
 from vdrnn.dropout import DropoutConfig, LayerMasks, bernoulli_mask, make_dropout  # noqa: E402
-from vdrnn.graphed import GraphedTrainStep  # noqa: E402
-from vdrnn.model import LanguageModel, ModelConfig  # noqa: E402
+from vdrnn.kernels import launch  # noqa: E402
+from vdrnn.kernels.graph import GraphedTrainStep  # noqa: E402
+from vdrnn.kernels.lstm import lstm_fused  # noqa: E402
+from vdrnn.tasks.lm.model import LanguageModel  # noqa: E402
 
 VOCAB, BATCH, BPTT = 10_000, 20, 35
 TOKENS = BATCH * BPTT
@@ -118,9 +121,8 @@ def bench_configs(args, best: dict) -> list[dict]:
     gen = torch.Generator().manual_seed(0)
     batches = [tuple(torch.randint(0, VOCAB, (BPTT, BATCH), generator=gen).cuda() for _ in range(2))
                for _ in range(8)]
-    import vdrnn.fused as fused
 
-    default = tuple(getattr(fused, k) for k in KNOBS)
+    default = tuple(getattr(launch, k) for k in KNOBS)
     for hidden in args.hidden:
         for amp in args.amp:
             # The sweep's fastest block shape for this size and precision; without one, the defaults (not the
@@ -142,7 +144,7 @@ def bench_configs(args, best: dict) -> list[dict]:
                         times = [float("nan")]
                     ms = statistics.median(times)
                     rows.append({"hidden": hidden, "amp": amp, "variant": variant, "ms": ms,
-                                 "fused_config": {k: getattr(fused, k) for k in KNOBS},
+                                 "fused_config": {k: getattr(launch, k) for k in KNOBS},
                                  "p10": sorted(times)[len(times) // 10], "p90": sorted(times)[9 * len(times) // 10],
                                  "iters": iters, "wps": TOKENS / ms * 1e3})
                     print(f"  {hidden:5d} {amp:4s} {variant:18s} {ms:8.3f} ms/step  "
@@ -182,7 +184,7 @@ def gru_layer_step(hidden: int, variant: str, amp: str, device: str = "cuda"):
     tied or one per gate, through gru_reference or the fused kernels. Fresh masks every call, as a
     training step draws them.
     """
-    from vdrnn.recurrent import GRU_GATES, GRULayer
+    from vdrnn.cells.gru import GRU_GATES, GRULayer
 
     layer = GRULayer(hidden, hidden, impl="reference" if variant.startswith("reference") else "fast").to(device)
     x = torch.randn(BPTT, BATCH, hidden, device=device)
@@ -235,8 +237,7 @@ def gru_table(rows: list[dict]) -> str:
 # ------------------------------------------------------------------------------------- --check
 def check(hidden_sizes) -> list[dict]:
     """Fast vs reference on fresh random inputs at the benchmark's sizes: relative errors."""
-    from vdrnn.fused import lstm_fused
-    from vdrnn.recurrent import lstm_reference
+    from vdrnn.cells.lstm import lstm_reference
 
     results = []
     names = ["y", "h_T", "c_T", "dx", "dh0", "dc0", "dw_ih", "dw_hh", "db_ih", "db_hh"]
@@ -298,18 +299,17 @@ KNOBS = ("BLOCK_H", "BLOCK_K", "NUM_WARPS", "NUM_STAGES", "PROGRAMS_PER_SM")
 
 @contextlib.contextmanager
 def block_shape(shape: tuple):
-    """vdrnn.fused's block-shape knobs (KNOBS, in that order) set to ``shape`` inside the block, and back to what
+    """vdrnn.kernels.launch's block-shape knobs (KNOBS, in that order) set to ``shape`` inside the block, and back to what
     they were after it, so that no later stage runs with a shape it did not ask for."""
-    import vdrnn.fused as fused
 
-    saved = tuple(getattr(fused, k) for k in KNOBS)
+    saved = tuple(getattr(launch, k) for k in KNOBS)
     for knob, value in zip(KNOBS, shape, strict=True):
-        setattr(fused, knob, value)
+        setattr(launch, knob, value)
     try:
         yield
     finally:
         for knob, value in zip(KNOBS, saved, strict=True):
-            setattr(fused, knob, value)
+            setattr(launch, knob, value)
 
 
 def sweep_best(rows: list[dict]) -> dict[tuple[int, str], tuple]:
@@ -324,7 +324,6 @@ def sweep_best(rows: list[dict]) -> dict[tuple[int, str], tuple]:
 def sweep(hidden_sizes, amps) -> list[dict]:
     """One layer's fused forward+backward (tied masks, T=35, B=20), replayed as a CUDA graph, per
     block shape. ms / 70 bounds the time of one step kernel."""
-    import vdrnn.fused as fused
 
     rows = []
     for hidden in hidden_sizes:
@@ -334,7 +333,7 @@ def sweep(hidden_sizes, amps) -> list[dict]:
             for cfg in SWEEP:
                 def fwd_bwd(x=x, state=state, params=params, masks=masks, grad_y=grad_y, amp=amp):
                     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp == "bf16"):
-                        y, _ = fused.lstm_fused(x, state, params, masks)
+                        y, _ = lstm_fused(x, state, params, masks)
                     y.backward(grad_y)
                 with block_shape(cfg):
                     try:
@@ -342,7 +341,7 @@ def sweep(hidden_sizes, amps) -> list[dict]:
                     except Exception as err:  # a block shape the compiler refuses: report, go on
                         print(f"  sweep H={hidden} {amp} {cfg}: failed: {err!r}"[:300], flush=True)
                         continue
-                    plan = fused._Plan(BATCH, hidden, x.device)
+                    plan = launch.Plan(BATCH, hidden, x.device)
                     rows.append({"hidden": hidden, "amp": amp, "config": dict(zip(KNOBS, cfg, strict=True)),
                                  "split_fwd": plan.split_f, "split_bwd": 4 * plan.ks, "ms_fwd_bwd_layer": ms})
                     print(f"  sweep H={hidden:5d} {amp:4s} {','.join(map(str, cfg)):16s} splits {plan.split_f}/"
@@ -412,7 +411,6 @@ def diag(hidden_sizes) -> list[str]:
     import triton
     import triton.language as tl
 
-    import vdrnn.fused as fused
 
     @triton.jit
     def _touch(x_ptr, BLOCK: tl.constexpr):
@@ -433,25 +431,24 @@ def diag(hidden_sizes) -> list[str]:
             ms = graph_ms(lambda h=h, w=w, out=out: [torch.mm(h, w.t(), out=out) for _ in range(BPTT)])
             lines.append(f"diag H={hidden}: cuBLAS [B,H]x[H,4H] {str(dtype)[6:]}: {ms / BPTT * 1e3:.1f} us/step")
         x, state, params, masks = layer_problem(hidden, requires_grad=False)
-        tiles = triton.cdiv(hidden, fused.BLOCK_K)
+        tiles = triton.cdiv(hidden, launch.BLOCK_K)
         for split in sorted({1, 2, 4, 8, tiles}):
-            fused.FORCE_SPLIT = (split, 1)
+            launch.FORCE_SPLIT = (split, 1)
             with torch.no_grad():
-                ms = graph_ms(lambda x=x, s=state, p=params, m=masks: fused.lstm_fused(x, s, p, m))
+                ms = graph_ms(lambda x=x, s=state, p=params, m=masks: lstm_fused(x, s, p, m))
             lines.append(f"diag H={hidden}: fused forward only (no grad), split {split}: {ms:.3f} ms per 35 steps "
                          f"= {ms / BPTT * 1e3:.1f} us/step")
-        fused.FORCE_SPLIT = None
+        launch.FORCE_SPLIT = None
         print("\n".join(lines[first:]), flush=True)
     return lines
 
 
 def ncu_target(hidden: int) -> None:
     """A few eager forward+backward passes of one fused layer, for `ncu` to sample."""
-    import vdrnn.fused as fused
 
     x, state, params, masks = layer_problem(hidden)
     for _ in range(3):
-        y, _ = fused.lstm_fused(x, state, params, masks)
+        y, _ = lstm_fused(x, state, params, masks)
         y.sum().backward()
     torch.cuda.synchronize()
 
@@ -462,8 +459,8 @@ def mc_timing(data_dir: str, samples: int, batch: int, impls: list[str], amps: l
     """Seconds for ``samples``-sample MC perplexity of the PTB test set, medium variational model (untrained), per
     implementation, precision and mask (``tied``, or ``untied``: one per gate). Keyed "impl amp" for tied masks,
     "impl amp untied" otherwise."""
-    from vdrnn.data.ptb import tokenize
-    from vdrnn.evaluate import mc_perplexity
+    from vdrnn.tasks.lm.datasets import tokenize
+    from vdrnn.tasks.lm.evaluate import mc_perplexity
 
     folder = Path(data_dir)
     read = lambda split: tokenize((folder / f"ptb.{split}.txt").read_text().splitlines())  # noqa: E731

@@ -5,8 +5,8 @@ accepts them: a kernel can pass every CPU test and still fail to compile on the 
 real compiler, down to PTX and cubin with the ptxas that ships in the triton wheel, for every kernel
 variant the training paths launch (tied, untied and no recurrent mask; Moon's cell mask; TF32 products on
 fp16-stored operands, bf16 products, and, for tied masks, IEEE fp32; with and without split-K), for the units
-the layers run (650 and 1500 as 656 and 1504, ``fused._Units``) with the block shapes, splits and pipeline
-depths ``vdrnn.fused._Plan`` picks for a 132-SM H100/H200 at batch 20, plus MC evaluation's untied forward at
+the layers run (650 and 1500 as 656 and 1504, ``vdrnn.kernels.launch.Units``) with the block shapes, splits and pipeline
+depths ``vdrnn.kernels.launch.Plan`` picks for a 132-SM H100/H200 at batch 20, plus MC evaluation's untied forward at
 1,000 sequences a pass (the widest operand tiles). It prints each kernel's shared memory and a hash of its PTX.
 
     python scripts/kernel_ptx.py                      # compile all; exit 1 if any fails
@@ -37,7 +37,9 @@ from triton.compiler import ASTSource  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vdrnn import fused, fused_gru  # noqa: E402
+from vdrnn.kernels import gru_steps, launch, lstm_steps  # noqa: E402
+from vdrnn.kernels.gru import GRU_GATES  # noqa: E402
+from vdrnn.kernels.lstm import LSTM_GATES  # noqa: E402
 
 SM_COUNT, BATCH, MC_BATCH = 132, 20, 1000  # H100 / H200, the benchmark's batch, MC evaluation's
 SHARED_LIMIT = 232_448  # bytes of shared memory one program may use on sm_90
@@ -45,8 +47,8 @@ SHARED_LIMIT = 232_448  # bytes of shared memory one program may use on sm_90
 # that a new scalar argument is given its type here instead of being compiled as a pointer.
 INTS = {"t", "B", "stride_w", "stride_zb", "stride_zg", "stride_xg", "stride_hzg"}
 FLOATS = {"c_scale"}
-# A layer's precisions, as vdrnn.fused launches them: (product dtype, dtype W_hh and the forward's operand are stored
-# in, PRECISION). TF32 products read fp16-stored operands (fused._stored_dtype); the backward converts W as it loads it.
+# A layer's precisions, as vdrnn.kernels launches them: (product dtype, dtype W_hh and the forward's operand are stored
+# in, PRECISION). TF32 products read fp16-stored operands (vdrnn.kernels.common.stored_dtype); the backward converts W as it loads it.
 MODES = {"tf32": ("fp32", "fp16", "tf32"), "bf16": ("bf16", "bf16", "tf32"), "ieee": ("fp32", "fp32", "ieee")}
 STORED_POINTERS = {"w_ptr", "hz_ptr"}  # in the stored dtype
 PRODUCT_POINTERS = {"xp_ptr", "y_ptr", "dgo_ptr"}  # bf16 under autocast, else fp32
@@ -55,7 +57,7 @@ TL = {"fp32": tl.float32, "fp16": tl.float16, "bf16": tl.bfloat16}
 
 
 def signature(kernel, mode: str, constexprs: dict) -> dict:
-    """Argument types as a launch from vdrnn.fused / vdrnn.fused_gru in ``mode`` (one of MODES) would give them."""
+    """Argument types as a launch from vdrnn.kernels.lstm / vdrnn.kernels.gru in ``mode`` (one of MODES) would give them."""
     product, stored, _ = MODES[mode]
     types = {}
     for param in kernel.params:
@@ -82,17 +84,17 @@ def signature(kernel, mode: str, constexprs: dict) -> dict:
 
 def cases(hidden_sizes):
     """(name, kernel, mode, constexprs, num_stages) for every variant the layers launch."""
-    lstm_fwd, lstm_bwd = fused._build_kernels()
-    gru_fwd, gru_bwd = fused_gru._build_kernels()
-    fused._SM_COUNT[0] = SM_COUNT  # plan as on the GPU, without asking a driver
-    fused._SMEM[0] = SHARED_LIMIT
+    lstm_fwd, lstm_bwd = lstm_steps.fwd_step, lstm_steps.bwd_step
+    gru_fwd, gru_bwd = gru_steps.fwd_step, gru_steps.bwd_step
+    launch.SM_COUNT[0] = SM_COUNT  # plan as on the GPU, without asking a driver
+    launch.SMEM[0] = SHARED_LIMIT
 
     def plan_and_shapes(batch, hidden, op, mask, gates):
         product, stored, precision = MODES[op]
         operands = gates if mask == "untied" else 1
-        units = fused._Units(hidden).padded  # the layers launch the kernels for H rounded up to 16 (dead units)
-        lstm = gates == fused.GATES  # the LSTM's forward kernel can run one gate per program
-        plan = fused._Plan(batch, units, torch.device("cuda", 0), gates, operands, 4 if stored == "fp32" else 2, lstm)
+        units = launch.Units(hidden).padded  # the layers launch the kernels for H rounded up to 16 (dead units)
+        lstm = gates == LSTM_GATES  # the LSTM's forward kernel can run one gate per program
+        plan = launch.Plan(batch, units, torch.device("cuda", 0), gates, operands, 4 if stored == "fp32" else 2, lstm)
         shape = dict(H=units, BLOCK_B=plan.block_b, PRECISION=precision,
                      HAS_ZH=mask in ("tied", "untied"), PER_GATE=mask == "untied")
         # The forward multiplies in the stored dtype, the backward in the product's. Untied input masks give
@@ -101,31 +103,31 @@ def cases(hidden_sizes):
                    K_CHUNK=plan.chunk_f, SPLIT=plan.split_f, XP_GATE_MAJOR=mask == "untied")
         if lstm:
             fwd["ONE_GATE"] = plan.one_gate
-        bwd = dict(shape, OP_DTYPE=TL[product], HAS_NEXT=True, BLOCK_H=plan.block_h_b, BLOCK_K=fused.BLOCK_K,
+        bwd = dict(shape, OP_DTYPE=TL[product], HAS_NEXT=True, BLOCK_H=plan.block_h_b, BLOCK_K=launch.BLOCK_K,
                    K_CHUNK=plan.chunk_b, KS=plan.ks, OP_COPY=product != "fp32")
         return plan, fwd, bwd
 
     for hidden, op, mask in itertools.product(hidden_sizes, ("tf32", "bf16"), ("none", "tied", "untied", "moon")):
         tag = f"H{hidden}_{op}_{mask}"
-        plan, fwd, bwd = plan_and_shapes(BATCH, hidden, op, mask, fused.GATES)
+        plan, fwd, bwd = plan_and_shapes(BATCH, hidden, op, mask, LSTM_GATES)
         yield f"lstm_fwd_{tag}", lstm_fwd, op, dict(fwd, HAS_ZC=mask == "moon"), plan.stages_f
         yield f"lstm_bwd_{tag}", lstm_bwd, op, dict(bwd, HAS_ZC=mask == "moon"), plan.stages_b
         if op == "tf32" and mask == "tied":  # the last backward step, inference (nothing saved), and IEEE fp32
             yield f"lstm_bwd_last_{tag}", lstm_bwd, op, dict(bwd, HAS_ZC=False, HAS_NEXT=False), plan.stages_b
             yield f"lstm_fwd_infer_{tag}", lstm_fwd, op, dict(fwd, HAS_ZC=False, SAVE_ACTS=False), plan.stages_f
-            ieee, fwd_ieee, bwd_ieee = plan_and_shapes(BATCH, hidden, "ieee", mask, fused.GATES)
+            ieee, fwd_ieee, bwd_ieee = plan_and_shapes(BATCH, hidden, "ieee", mask, LSTM_GATES)
             yield f"lstm_fwd_H{hidden}_ieee_tied", lstm_fwd, "ieee", dict(fwd_ieee, HAS_ZC=False), ieee.stages_f
             yield f"lstm_bwd_H{hidden}_ieee_tied", lstm_bwd, "ieee", dict(bwd_ieee, HAS_ZC=False), ieee.stages_b
         if mask == "untied":  # MC evaluation: inference on many sequences a pass
-            wide, fwd_mc, _ = plan_and_shapes(MC_BATCH, hidden, op, mask, fused.GATES)
+            wide, fwd_mc, _ = plan_and_shapes(MC_BATCH, hidden, op, mask, LSTM_GATES)
             yield f"lstm_fwd_mc_{tag}", lstm_fwd, op, dict(fwd_mc, HAS_ZC=False, SAVE_ACTS=False), wide.stages_f
         if mask == "moon":  # a GRU has no cell state
             continue
-        plan, fwd, bwd = plan_and_shapes(BATCH, hidden, op, mask, fused_gru.GRU_GATES)
+        plan, fwd, bwd = plan_and_shapes(BATCH, hidden, op, mask, GRU_GATES)
         yield f"gru_fwd_{tag}", gru_fwd, op, fwd, plan.stages_f
         yield f"gru_bwd_{tag}", gru_bwd, op, bwd, plan.stages_b
         if mask == "untied":
-            wide, fwd_mc, _ = plan_and_shapes(MC_BATCH, hidden, op, mask, fused_gru.GRU_GATES)
+            wide, fwd_mc, _ = plan_and_shapes(MC_BATCH, hidden, op, mask, GRU_GATES)
             yield f"gru_fwd_mc_{tag}", gru_fwd, op, dict(fwd_mc, SAVE_ACTS=False), wide.stages_f
 
 
@@ -149,7 +151,7 @@ def main() -> None:
         try:
             compiled = triton.compile(ASTSource(fn=kernel, signature=signature(kernel, op, constexprs),
                                                 constexprs=constexprs),
-                                      target=target, options={"num_warps": fused.NUM_WARPS, "num_stages": stages})
+                                      target=target, options={"num_warps": launch.NUM_WARPS, "num_stages": stages})
         except Exception as err:  # report every failing variant, not just the first
             failed += 1
             print(f"{name}: FAILED {err!r}"[:2000], flush=True)

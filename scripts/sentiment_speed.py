@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from vdrnn.dropout import DropoutConfig, make_dropout
-from vdrnn.sentiment.config import SentimentModelConfig
-from vdrnn.sentiment.model import SentimentModel
+from vdrnn.tasks.sentiment.config import SentimentModelConfig
+from vdrnn.tasks.sentiment.model import SentimentModel
 
 SCHEMES = {
     "none": DropoutConfig(scheme="none"),

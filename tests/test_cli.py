@@ -8,7 +8,8 @@ import math
 
 import pytest
 import torch
-from conftest import TINY, cli_in_process, composed, events_of, history, run_cli
+
+from tests.helpers import TINY, cli_in_process, composed, events_of, history, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -314,14 +315,14 @@ def test_ctrl_c_says_what_the_run_keeps_and_the_advised_rerun_continues_from_it(
                                                                                  caplog):
     """An interrupt in epoch 2 ends the command with 130 and a line, not a traceback: last.pt holds epoch 1, and
     rerunning in the folder, as the line says, finishes the run; one before any epoch finished says nothing is kept."""
-    from vdrnn import checkpoint
-    from vdrnn.train import LanguageModelTrainer
+    from vdrnn.tasks.lm.train import LanguageModelTrainer
+    from vdrnn.training import checkpoint
 
     real = LanguageModelTrainer.train_epoch
 
     def interrupted_in_epoch(n: int):
         def train_epoch(self, *args):
-            if self.epoch == n - 1:
+            if self.progress.epoch == n - 1:
                 raise KeyboardInterrupt
             return real(self, *args)
         return train_epoch
@@ -348,12 +349,12 @@ def test_ctrl_c_says_what_the_run_keeps_and_the_advised_rerun_continues_from_it(
 
 def test_ctrl_c_in_eval_ends_it_with_a_line_and_no_eval_json(tmp_path, tiny_corpus, tiny_checkpoint, monkeypatch,
                                                             caplog):
-    from vdrnn import train
+    from vdrnn.tasks.lm import LanguageModelling
 
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train, "evaluate", interrupted)
+    monkeypatch.setattr(LanguageModelling, "evaluate", interrupted)
     with pytest.raises(SystemExit) as stopped:
         evaluate_in_process(monkeypatch, tmp_path / "eval", f"checkpoint={tiny_checkpoint}", f"data.root={tiny_corpus}")
     assert stopped.value.code == 130 and "interrupted; no eval.json was written" in caplog.text

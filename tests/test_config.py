@@ -6,14 +6,16 @@ import json
 from importlib import resources
 
 import pytest
-from conftest import composed
 from omegaconf import OmegaConf
 
+from tests.helpers import composed
 from vdrnn import help as help_text
-from vdrnn.config import eval_config, from_dict, to_container
+from vdrnn.config import to_container
 from vdrnn.errors import ConfigError
-from vdrnn.sentiment import config as sentiment_config
-from vdrnn.tracking import flatten
+from vdrnn.eval_settings import eval_config
+from vdrnn.tasks.lm.config import from_dict
+from vdrnn.tasks.sentiment import config as sentiment_config
+from vdrnn.training.tracking import flatten
 
 CONF = resources.files("vdrnn.conf")
 GROUPS = {g: sorted(p.name[:-5] for p in CONF.joinpath(g).iterdir() if p.name.endswith(".yaml"))
@@ -267,7 +269,10 @@ def test_bad_values_are_refused_with_the_fix(override, message):
 
 
 def test_a_step_cap_or_capped_data_makes_a_smoke_run():
-    from vdrnn.config import is_smoke
+    from vdrnn.tasks import task_of
+
+    def is_smoke(raw):
+        return task_of(raw).is_smoke(raw)
 
     assert not is_smoke(to_container(composed()))
     for override in ("trainer.max_steps=5", "data.eval_max_tokens=1000", "dataset=imdb data.limit=100"):

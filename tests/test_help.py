@@ -35,7 +35,8 @@ def test_annotate_puts_each_description_beside_its_key_and_a_long_value_s_below_
 
 def test_eval_help_shows_only_the_keys_vdrnn_eval_takes():
     """Everything else comes from the checkpoint (and given, would be refused): eval's help lists what it takes."""
-    from vdrnn.config import EVAL_ALWAYS, EVAL_WHEN_GIVEN, EVAL_WHEN_GIVEN_LM, key_among
+    from vdrnn.config import key_among
+    from vdrnn.eval_settings import EVAL_ALWAYS, EVAL_WHEN_GIVEN, task_eval_keys
     from vdrnn.help import config_help
 
     text = config_help("eval", [])
@@ -47,6 +48,6 @@ def test_eval_help_shows_only_the_keys_vdrnn_eval_takes():
             path = path[: indent // 2] + [line.split(":")[0].strip()]
             keys.append(".".join(path))
     leaves = [key for key in keys if not any(other.startswith(key + ".") for other in keys)]
-    assert all(key_among(key, (*EVAL_ALWAYS, *EVAL_WHEN_GIVEN, *EVAL_WHEN_GIVEN_LM)) for key in leaves)
+    assert all(key_among(key, (*EVAL_ALWAYS, *EVAL_WHEN_GIVEN, *task_eval_keys())) for key in leaves)
     assert {"checkpoint", "data.eval_max_tokens", "eval.samples", "trainer.amp", "model.impl"} <= set(leaves)
     assert "== Configuration groups ==\neval: mc, scale\n\n" in text

@@ -1,8 +1,9 @@
 """The `vdrnn` command: `vdrnn train [overrides]`, `vdrnn eval checkpoint=PATH [overrides]`, `vdrnn report DIR...`.
 
-`train` and `eval` are Hydra applications over the same config tree (conf/, shipped as vdrnn.conf),
-so `-m` sweeps, `--cfg job` and every override work the same way for both; their `--help` is vdrnn.help's.
-`report` reads finished runs and takes plain arguments.
+`train` and `eval` are Hydra applications over the same config tree (conf/, shipped as vdrnn.conf), so `-m` sweeps,
+`--cfg job` and every override work the same way for both; their `--help` is vdrnn.help's. Each run goes to its
+task (``data.task``, :mod:`vdrnn.tasks`). `report` reads finished runs and takes plain arguments. Nothing here imports
+torch: help and config errors come back before it would load, and a task imports it when its run starts.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from vdrnn.config import eval_config, is_smoke, to_container
+from vdrnn.config import to_container
 from vdrnn.errors import VdrnnError
+from vdrnn.eval_settings import eval_config
 from vdrnn.files import write_atomically
+from vdrnn.tasks import task_of
 
 CONFIG_PATH = "pkg://vdrnn.conf"
 log = logging.getLogger("vdrnn")
@@ -110,26 +113,12 @@ def record_start(cfg: DictConfig, run_dir: Path) -> None:
         write_atomically(run_dir / ".hydra" / name, OmegaConf.to_yaml(content))
 
 
-def task(data_name: str):
-    """The module that trains and evaluates on a dataset: `run(raw, run_dir, accepted)` and
-    `evaluate(raw, path, payload)`."""
-    if data_name == "ptb":
-        from vdrnn import train
-
-        return train
-    if data_name in ("imdb", "scale"):
-        from vdrnn import sentiment
-
-        return sentiment
-    raise VdrnnError(f"no task for data.name={data_name!r}; choose `dataset=ptb`, `dataset=imdb` or `dataset=scale`")
-
-
 @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base="1.3")
 def train_command(cfg: DictConfig) -> float | None:
     raw = to_container(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        metrics = task(raw["data"]["name"]).run(raw, run_dir, accepted=lambda: record_start(cfg, run_dir))
+        metrics = task_of(raw).train(raw, run_dir, accepted=lambda: record_start(cfg, run_dir))
     except VdrnnError as err:
         _fail(err, cfg, run_dir)
     except KeyboardInterrupt:
@@ -145,7 +134,7 @@ def train_command(cfg: DictConfig) -> float | None:
 
 @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base="1.3")
 def eval_command(cfg: DictConfig) -> None:
-    from vdrnn import checkpoint
+    from vdrnn.training import checkpoint
 
     raw = to_container(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -157,10 +146,11 @@ def eval_command(cfg: DictConfig) -> None:
         given = {override.split("=", 1)[0].lstrip("+~") for override in HydraConfig.get().overrides.task}
         run_raw = eval_config(raw, payload["config"], given)
         record_start(cfg, run_dir)
-        metrics = task(payload["config"]["data"]["name"]).evaluate(run_raw, path, payload)
+        task = task_of(run_raw)
+        metrics = task.evaluate(run_raw, path, payload)
         # What it ran: the checkpoint's settings with the command line's (eval.*, amp, batch sizes), as metrics.json
         # records a training run's, and whether that is a smoke run's (a step cap, or capped data it brings along).
-        metrics["smoke"] = is_smoke(run_raw)
+        metrics["smoke"] = task.is_smoke(run_raw)
         metrics["config"] = run_raw
     except VdrnnError as err:
         _fail(err, cfg, run_dir)
@@ -218,7 +208,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     command, rest = argv[0], argv[1:]
     if command == "report":
-        from vdrnn import report
+        from vdrnn import report  # matplotlib, only for the report
 
         report.main(rest)
         return

@@ -1,8 +1,9 @@
-"""Typed, validated views of the Hydra config.
+"""Typed, validated views of the Hydra config: the groups every task shares, and how a group becomes a dataclass.
 
-Hydra composes the YAML in conf/ and rejects unknown keys and options; this module turns the result
-into frozen dataclasses and checks the values (ranges, choices, combinations) with errors that say
-what to pass instead. Code below the CLI only ever sees these dataclasses.
+Hydra composes the YAML in conf/ and rejects unknown keys and options; this module and each task's config module
+(``vdrnn/tasks/<task>/config.py``) turn the result into frozen dataclasses and check the values (ranges, choices,
+combinations) with errors that say what to pass instead. Code below the CLI only ever sees these dataclasses. Nothing
+here imports torch: a config error comes back before it would load.
 """
 
 from __future__ import annotations
@@ -12,35 +13,58 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from vdrnn.dropout import DropoutConfig
+from vdrnn.cells import CELLS, IMPLS
+from vdrnn.dropout import SCHEMES, DropoutConfig, in_table_order
 from vdrnn.errors import ConfigError
-from vdrnn.model import ModelConfig
 
 AMP_MODES = ("off", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "adam", "ntasgd", "asgd")
 
 
+INITS = ("uniform", "awd", "keras")
+
+
 @dataclass(frozen=True)
-class DataConfig:
-    name: str = "ptb"
-    root: str | None = None
-    batch_size: int = 20
-    bptt: int = 35
-    eval_batch_size: int = 20
-    test_batch_size: int = 1
-    eval_max_tokens: int | None = None
-    variable_bptt: bool = False
-    allow_custom_corpus: bool = False
+class ModelConfig:
+    num_layers: int = 2
+    hidden_size: int = 650
+    embedding_size: int | None = None  # None: the hidden size (Zaremba, Gal); AWD uses 400 with 1150 units
+    tie_weights: bool = False  # decoder weight = embedding (AWD); the last layer then has embedding_size units
+    init: str = "uniform"  # uniform: every parameter U(+-init_range) (Zaremba, Gal) | awd | keras: see initialize
+    init_range: float = 0.05
+    cell: str = "lstm"
+    # tied | untied: the config's choice, as logged. The layers read it as DropoutConfig.per_gate, which
+    # config.dropout_from derives from it: the weights are the same, only the masks differ.
+    gates: str = "tied"
+    impl: str = "auto"  # masked recurrences: auto (fast on CUDA, reference on CPU) | fast | reference
 
     def __post_init__(self) -> None:
-        if self.name != "ptb":
-            raise ConfigError(f"dataset {self.name!r} is not available; use `dataset=ptb`")
-        for key in ("batch_size", "bptt", "eval_batch_size", "test_batch_size"):
+        if self.cell not in CELLS:
+            raise ConfigError(f"cell.type={self.cell!r}; choose `cell=lstm`, `cell=gru` or `cell=rnn`")
+        if self.gates not in ("tied", "untied"):
+            raise ConfigError(f"cell.gates={self.gates!r}; choose `cell.gates=tied` or `cell.gates=untied`")
+        if self.impl not in IMPLS:
+            raise ConfigError(f"model.impl={self.impl!r}; choose one of {', '.join(IMPLS)}")
+        if self.init not in INITS:
+            raise ConfigError(f"model.init={self.init!r}; choose one of {', '.join(INITS)}")
+        for key in ("num_layers", "hidden_size"):
             if getattr(self, key) < 1:
-                raise ConfigError(f"data.{key}={getattr(self, key)} must be at least 1")
-        if self.eval_max_tokens is not None and self.eval_max_tokens < 2:
-            raise ConfigError(f"data.eval_max_tokens={self.eval_max_tokens} must be at least 2 tokens (or null for "
-                              f"the whole validation and test sets)")
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be at least 1")
+        if self.embedding_size is not None and self.embedding_size < 1:
+            raise ConfigError(f"model.embedding_size={self.embedding_size} must be at least 1, or null for the "
+                              f"hidden size")
+        if self.cell == "rnn" and self.gates == "untied":
+            raise ConfigError("cell.gates=untied gives each gate its own dropout masks, and cell=rnn has one gate, "
+                              "so they would be the tied masks (run on a slower path). Use cell.gates=tied "
+                              "(dropout=variational or dropout=gaussian, not their _untied presets)")
+        if not self.init_range > 0:
+            raise ConfigError(f"model.init_range={self.init_range} must be positive (uniform init in +-range)")
+
+    def layer_sizes(self) -> list[int]:
+        """[input of layer 1, output of layer 1, ..., output of layer L]."""
+        embedding = self.embedding_size or self.hidden_size
+        last = embedding if self.tie_weights else self.hidden_size
+        return [embedding] + [self.hidden_size] * (self.num_layers - 1) + [last]
 
 
 @dataclass(frozen=True)
@@ -134,20 +158,6 @@ class EvalConfig:
             raise ConfigError("eval.samples and eval.batch must be at least 1")
 
 
-@dataclass(frozen=True)
-class RunConfig:
-    data: DataConfig
-    model: ModelConfig
-    dropout: DropoutConfig
-    trainer: TrainerConfig
-    eval: EvalConfig
-    seed: int = 1
-    device: str = "auto"
-    resume: str | None = None
-    checkpoint: str | None = None
-    init_from: str | None = None
-
-
 # What a config field's annotation accepts, and how an error names it. Bools are not numbers here, though Python
 # counts them as ints: `trainer.lr=true` is a typo, not 1.
 KINDS = {"int": ("an integer", (int,)), "float": ("a number", (int, float)), "bool": ("true or false", (bool,)),
@@ -204,10 +214,11 @@ def build(cls, values: dict[str, Any], where: str, derived: dict[str, tuple[Any,
     return built
 
 
-# The top level of a composed config: a run config's fields, the cell group (folded into model) and the preset's
-# paper numbers (read by `vdrnn report`). Hydra appends any other key given with a `+` (its own hint for a mistyped
-# group, `+datset=ptb`), which no code would then read.
-TOP_LEVEL = (*(f.name for f in fields(RunConfig)), "cell", "paper")
+# The top level of a composed config: the groups, the run's own keys, the cell group (folded into model) and the
+# preset's paper numbers (read by `vdrnn report`). Hydra appends any other key given with a `+` (its own hint for a
+# mistyped group, `+datset=ptb`), which no code would then read.
+TOP_LEVEL = ("data", "model", "dropout", "trainer", "eval", "seed", "device", "resume", "checkpoint", "init_from",
+             "cell", "paper")
 
 
 def run_settings(raw: dict[str, Any]) -> tuple[int, str]:
@@ -227,7 +238,7 @@ def to_container(cfg: DictConfig) -> dict[str, Any]:
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
-def model_from(raw: dict[str, Any], cls=ModelConfig):
+def model_from(raw: dict[str, Any], cls: type = ModelConfig):
     """The ``model`` group with the ``cell`` group's choices (type, tied or untied gates) folded in."""
     cell = raw.get("cell") or {}
     return build(cls, raw["model"], "model", {"cell": (cell.get("type", "lstm"), "cell=lstm|gru|rnn"),
@@ -239,60 +250,17 @@ def dropout_from(raw: dict[str, Any], model: ModelConfig) -> DropoutConfig:
     one mask per gate."""
     dropout = build(DropoutConfig, raw["dropout"], "dropout",
                     {"per_gate": (model.gates == "untied", "cell.gates=untied (a mask per gate)")})
+    scheme = SCHEMES[dropout.scheme]
+    if model.cell != "lstm" and scheme.lstm_only:
+        others = [name for name in in_table_order() if not SCHEMES[name].lstm_only]
+        raise ConfigError(f"dropout={dropout.scheme} cannot run on cell={model.cell}: "
+                          f"{scheme.lstm_only.format(cell=model.cell.upper())}. Use cell=lstm, or "
+                          f"dropout={' / '.join(others)}")
     if dropout.hidden and model.num_layers == 1:
         raise ConfigError(f"dropout.hidden={dropout.hidden} drops the inputs of layers 2..L, and model.num_layers=1 "
                           f"has none: set dropout.hidden=null (dropout.input drops the one layer's input), or "
                           f"model.num_layers=2 or more")
     return dropout
-
-
-def from_dict(raw: dict[str, Any]) -> RunConfig:
-    """Validate a composed config (a plain dict, e.g. from ``to_container`` or a checkpoint)."""
-    model = model_from(raw)
-    if model.cell != "lstm":
-        raise ConfigError(f"cell={model.cell} is for the sentiment datasets; the language model is an LSTM: "
-                          f"use `cell=lstm`, or `dataset=imdb`/`dataset=scale` with this cell")
-    dropout = dropout_from(raw, model)
-    trainer = build(TrainerConfig, raw["trainer"], "trainer")
-    if trainer.select == "mc":
-        raise ConfigError("trainer.select=mc validates every epoch with MC dropout, which vdrnn does for the sentiment "
-                          "tasks (dataset=imdb|scale); a language model keeps the epoch of best weight-scaling "
-                          "validation perplexity, as Zaremba's and Gal's code: drop trainer.select=mc")
-    seed, device = run_settings(raw)
-    return RunConfig(
-        data=build(DataConfig, raw["data"], "data"),
-        model=model,
-        dropout=dropout,
-        trainer=trainer,
-        eval=build(EvalConfig, raw["eval"], "eval"),
-        seed=seed,
-        device=device,
-        resume=raw.get("resume"),
-        init_from=raw.get("init_from"),
-        checkpoint=raw.get("checkpoint"),
-    )
-
-
-# `vdrnn eval` runs a checkpoint under the config it was trained with, except for what its own command line
-# gives: always the device, seed and where the data is; and, when given, the evaluation settings and the
-# settings that change speed or memory but not the model (batch sizes, precision, implementation).
-EVAL_ALWAYS = ("device", "seed", "checkpoint", "data.root")
-EVAL_WHEN_GIVEN = ("eval", "data.eval_batch_size", "trainer.amp", "model.impl")
-EVAL_WHEN_GIVEN_LM = ("data.test_batch_size", "data.eval_max_tokens")  # PTB's data only
-MC_ONLY = ("eval.samples", "eval.batch", "eval.word_dropout", "eval.mc_masks")
-
-
-def eval_changes(trained: dict[str, Any]) -> tuple[str, ...]:
-    """The keys `vdrnn eval` takes when given, for a checkpoint trained with config ``trained``."""
-    return EVAL_WHEN_GIVEN + (EVAL_WHEN_GIVEN_LM if trained["data"]["name"] == "ptb" else ())
-
-
-def is_smoke(raw: dict[str, Any]) -> bool:
-    """Is a run with config ``raw`` (either task's) a smoke run, whose numbers are not results: a step cap
-    (``trainer.max_steps``), or capped data (``data.eval_max_tokens`` for PTB, ``data.limit`` for sentiment)?"""
-    data, trainer = raw.get("data", {}), raw.get("trainer", {})
-    caps = (trainer.get("max_steps"), data.get("eval_max_tokens"), data.get("limit"))
-    return any(cap is not None for cap in caps)
 
 
 def option_defaults(cfg) -> dict[str, Any]:
@@ -315,41 +283,3 @@ def key_among(key: str, names: tuple[str, ...]) -> bool:
 def drop_them(keys: list[str]) -> str:
     """The end of an error that refuses ``keys`` of the command line: "drop it" or "drop them"."""
     return f"drop {'them' if len(keys) > 1 else 'it'}"
-
-
-def eval_config(raw: dict[str, Any], trained: dict[str, Any], given: set[str]) -> dict[str, Any]:
-    """The config `vdrnn eval` runs: ``trained`` (the checkpoint's) with what ``raw`` (the command line's composed
-    config) may change: device, seed, data location, and where given the evaluation settings, batch sizes,
-    precision and implementation. ``given``: the keys the command line set. Any other key given would be silently
-    ignored, so it is refused, as are MC dropout's keys for a weight-scaling evaluation."""
-    changes = eval_changes(trained)
-    ignored = sorted(k for k in given if not key_among(k, (*EVAL_ALWAYS, *changes, "hydra")))
-    if ignored:
-        lm_only = [k for k in ignored if key_among(k, EVAL_WHEN_GIVEN_LM)]
-        raise ConfigError(
-            f"vdrnn eval runs the checkpoint under the settings it was trained with (model, data, dropout, training), "
-            f"so {', '.join(ignored)} would be ignored: {drop_them(ignored)}"
-            + (f" ({', '.join(lm_only)}: language models only, and this checkpoint was trained on "
-               f"{trained['data']['name']})"
-               if lm_only else "")
-            + f". It takes {', '.join(EVAL_ALWAYS)}, and where given {', '.join(changes)}")
-    merged = {key: dict(value) if isinstance(value, dict) else value for key, value in trained.items()}
-    # The run's own evaluation settings (its preset's MC samples, word-type dropout, ...) unless the command line
-    # gives them: `vdrnn eval checkpoint=...` alone reproduces the run's test numbers. A group choice (eval=mc) sets
-    # the mode; eval.KEY sets that key. The command line's defaults fill what an older checkpoint lacks.
-    merged["eval"] = {**raw["eval"], **trained.get("eval", {})}
-    if "eval" in given:
-        merged["eval"]["mode"] = raw["eval"]["mode"]
-    for key in [*EVAL_ALWAYS, *(k for k in given if key_among(k, changes) and k != "eval")]:
-        group, _, leaf = key.partition(".")
-        if not leaf:
-            merged[group] = raw.get(group)
-        elif leaf in raw.get(group, {}):
-            merged.setdefault(group, {})[leaf] = raw[group][leaf]
-    mc_only = sorted(k for k in given if key_among(k, MC_ONLY))
-    if mc_only and merged["eval"]["mode"] != "mc":
-        whose = "given" if "eval" in given else "the checkpoint's"
-        raise ConfigError(f"{', '.join(mc_only)} {'are' if len(mc_only) > 1 else 'is'} for MC dropout, and this "
-                          f"evaluation is weight scaling (eval=scale, {whose}): add eval=mc, or "
-                          f"{drop_them(mc_only)}")
-    return merged

@@ -1,4 +1,5 @@
-"""Writing a file so that a crash leaves either the old file or the new one, never half of one."""
+"""Files: written so that a crash leaves either the old file or the new one, never half of one; and the data files a
+dataset needs, checked before reading."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
+
+from vdrnn.errors import DataError
 
 
 @contextmanager
@@ -31,3 +34,21 @@ def write_atomically(path: Path, text: str) -> None:
     """Replace ``path``'s contents so that a crash leaves either the old file or the new one."""
     with replaced_atomically(path) as f:
         f.write(text.encode())
+
+
+def require_files(folder: Path, names: list[str], origin: str, subfolder: str) -> None:
+    """A DataError unless ``folder`` (named by ``origin``, e.g. ``data.root=...``) holds every file of ``names``,
+    saying what is wrong: no such folder, a data folder given for the dataset's own (``subfolder``, e.g. ``ptb``,
+    is inside it), or which files are missing."""
+    missing = [name for name in names if not (folder / name).is_file()]
+    if not missing:
+        return
+    lacks = f"holds none of {', '.join(names)}" if len(missing) == len(names) else f"lacks {', '.join(missing)}"
+    if not folder.is_dir():
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        problem = f"{what}; point it at a folder holding {', '.join(names)}"
+    elif (folder / subfolder).is_dir():
+        problem = f"{lacks}, but holds a {subfolder}/ folder: pass data.root={folder / subfolder}"
+    else:
+        problem = lacks
+    raise DataError(f"{origin}: {folder} {problem}")

@@ -23,8 +23,9 @@ from hydra import compose, initialize_config_module
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from vdrnn.config import EVAL_ALWAYS, EVAL_WHEN_GIVEN, EVAL_WHEN_GIVEN_LM, key_among
+from vdrnn.config import key_among
 from vdrnn.errors import ConfigError
+from vdrnn.eval_settings import EVAL_ALWAYS, EVAL_WHEN_GIVEN, task_eval_keys
 
 CONFIG_MODULE = "vdrnn.conf"
 WIDTH = 118  # the longest line the annotated config prints
@@ -104,11 +105,14 @@ def descriptions(choices: dict[str, str | None]) -> dict[str, str]:
     return found
 
 
+# The config groups, in the order a run composes them: config.yaml's defaults, the model coming with the dataset's.
+GROUPS = ("dataset", "model", "cell", "dropout", "eval", "experiment")
+
+
 def groups() -> dict[str, list[str]]:
-    """The config groups and their options, in the order config.yaml's defaults compose them."""
+    """The config groups and their options."""
     conf = resources.files(CONFIG_MODULE)
-    order = [next(iter(entry)) for entry in yaml.safe_load(conf.joinpath("config.yaml").read_text())["defaults"]
-             if isinstance(entry, dict)]
+    order = GROUPS
     return {group: sorted(item.name.removesuffix(".yaml") for item in conf.joinpath(group).iterdir()
                           if item.name.endswith(".yaml")) for group in order}
 
@@ -168,7 +172,7 @@ def config_help(command: str, overrides: list[str]) -> str:
     cfg, choices = composed(overrides)
     shown, listed = OmegaConf.to_container(cfg), groups()
     if command == "eval":
-        shown = kept(shown, (*EVAL_ALWAYS, *EVAL_WHEN_GIVEN, *EVAL_WHEN_GIVEN_LM))
+        shown = kept(shown, (*EVAL_ALWAYS, *EVAL_WHEN_GIVEN, *task_eval_keys()))
         listed = {"eval": listed["eval"]}
     group_lines = "\n".join(textwrap.fill(f"{group}: {', '.join(options)}", WIDTH, subsequent_indent="  ",
                                           break_on_hyphens=False) for group, options in listed.items())

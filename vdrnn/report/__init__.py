@@ -9,7 +9,8 @@ The last column lists what its runs' command lines changed beyond their preset (
 ``trainer.clip=5 (seed 1)`` where only some seeds did), so a row that departs from the paper's settings says so
 beside the paper's numbers; the epochs column shows a seed that a time cap stopped early.
 
-Sentiment runs (``dataset=imdb|scale``) get a table per dataset, one row per cell x scheme (with its units): test
+Each task tabulates its own runs (its ``report()`` module): language models a Table 1 per corpus. Sentiment runs
+(``dataset=imdb|scale``) get a table per dataset, one row per cell x scheme (with its units): test
 accuracy, NLL, ECE and entropy (IMDB) or RMSE (scale) of the kept checkpoint (best.pt: the best-validation
 epoch's, or under ``trainer.select=last`` the last epoch's), with weight scaling and MC dropout; and the test error
 per epoch, one line per scheme and a panel per cell, as Gal & Ghahramani's sentiment figures (those curves follow
@@ -25,33 +26,15 @@ scored, named as above, the checkpoint and epoch, the mode (weight scaling, or M
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
+from typing import Any
 
 from vdrnn.config import key_among
-from vdrnn.report.calibration import CALIBRATION_COLUMNS, calibrated_runs, calibration_table, plot_reliability
-from vdrnn.report.evaluations import evaluation_columns, evaluation_table, find_evaluations
+from vdrnn.errors import VdrnnError
+from vdrnn.report.evaluations import find_evaluations
 from vdrnn.report.found import check_found, find_runs
-from vdrnn.report.ptb import PTB_COLUMNS, collect_ptb, plot_ptb, ptb_table
 from vdrnn.report.rows import NOT_SETTINGS, Row, run_settings
-from vdrnn.report.sentiment import collect_sentiment, plot_sentiment, sentiment_columns, sentiment_table
-
-
-def markdown(lines: list[list[str]], columns: list[str]) -> str:
-    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    out += ["| " + " | ".join(line) + " |" for line in lines]
-    return "\n".join(out) + "\n"
-
-
-def write_table(lines: list[list[str]], columns: list[str], stem: Path) -> str:
-    text = markdown(lines, columns)
-    stem.with_suffix(".md").write_text(text)
-    with open(stem.with_suffix(".csv"), "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(columns)
-        writer.writerows(lines)
-    return text
-
+from vdrnn.tasks import TASKS, Task, task_of
 
 # What names a row (its scheme, dropout column, cell, paper row and size: ptb_identity, sentiment_identity), so that
 # runs apart in it are never one row, pooled or not.
@@ -80,38 +63,29 @@ def check_pooled_keys_exist(folders: list[Path], rows: list[Row], pooled: tuple[
                          f"setting; pool a dotted config key that differs between runs, e.g. --pool trainer.epochs")
 
 
+def of_task(found: list[tuple[Path, dict[str, Any]]], task: Task) -> list[tuple[Path, dict[str, Any]]]:
+    return [(path, metrics) for path, metrics in found if task_of(metrics.get("config") or {}) is task]
+
+
 def write_report(folders: list[Path], out: Path, pooled: tuple[str, ...] = ()) -> tuple[str, list[Path]]:
     """Write the tables and plots of every run under ``folders`` into ``out``: (the tables as text, files written).
     Runs that differ only in ``pooled`` settings are seeds of one row."""
     check_poolable(pooled)
-    runs = find_runs(folders)  # read once: the PTB and the sentiment tables each take theirs
-    rows = collect_ptb(runs, pooled)
-    sentiment = collect_sentiment(runs, pooled)
-    evaluations = find_evaluations(folders)
-    check_found(folders, bool(rows or sentiment or evaluations))
-    check_pooled_keys_exist(folders, [*rows, *(row for group in sentiment.values() for row in group)], pooled)
+    runs, evaluations = find_runs(folders), find_evaluations(folders)  # read once, each task takes its own
+    collected = {task: task.report().collect(of_task(runs, task), pooled) for task in TASKS.values()}
+    check_found(folders, bool(runs or evaluations))
+    check_pooled_keys_exist(folders, [row for groups in collected.values() for rows in groups.values()
+                                      for row in rows], pooled)
     out.mkdir(parents=True, exist_ok=True)
     texts, written = [], []
-    if rows:
-        texts.append(write_table(ptb_table(rows), PTB_COLUMNS, out / "table"))
-        plot_ptb(rows, out / "valid_ppl.png")
-        written += [out / "table.md", out / "table.csv", out / "valid_ppl.png"]
-    for dataset, dataset_rows in sentiment.items():
-        text = write_table(sentiment_table(dataset, dataset_rows), sentiment_columns(dataset), out / f"{dataset}_table")
-        texts.append(f"{dataset}: test metrics of the kept checkpoints (best.pt)\n\n{text}")
-        plot_sentiment(dataset, dataset_rows, out / f"{dataset}_test_curves.png")
-        written += [out / f"{dataset}_table.md", out / f"{dataset}_table.csv", out / f"{dataset}_test_curves.png"]
-        if calibrated_runs(dataset_rows):
-            text = write_table(calibration_table(dataset_rows), CALIBRATION_COLUMNS, out / f"{dataset}_calibration")
-            texts.append(f"{dataset}: calibration, MC dropout against weight scaling, per run\n\n{text}")
-            plot_reliability(dataset_rows, out / f"{dataset}_reliability.png")
-            written += [out / f"{dataset}_calibration.md", out / f"{dataset}_calibration.csv",
-                        out / f"{dataset}_reliability.png"]
-    for dataset, dataset_evaluations in evaluations.items():
-        text = write_table(evaluation_table(dataset, dataset_evaluations), evaluation_columns(dataset),
-                           out / f"{dataset}_evaluations")
-        texts.append(f"{dataset}: checkpoints scored by vdrnn eval\n\n{text}")
-        written += [out / f"{dataset}_evaluations.md", out / f"{dataset}_evaluations.csv"]
+    for task, rows in collected.items():
+        task_texts, task_files = task.report().write(rows, out)
+        texts += task_texts
+        written += task_files
+    for task in TASKS.values():
+        task_texts, task_files = task.report().write_evaluations(of_task(evaluations, task), out)
+        texts += task_texts
+        written += task_files
     return "\n".join(texts), written
 
 
@@ -132,6 +106,9 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or args.folders[0]
     if out.exists() and not out.is_dir():
         parser.error(f"--out {out} is a file; give a folder for the tables and plots (it is made if missing)")
-    text, written = write_report(args.folders, out, tuple(args.pool))
+    try:
+        text, written = write_report(args.folders, out, tuple(args.pool))
+    except VdrnnError as err:  # a run whose config names no task vdrnn has
+        raise SystemExit(f"error: {err}") from None
     print(text, end="")
     print(f"\nwrote {', '.join(map(str, written))}")

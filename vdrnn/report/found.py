@@ -80,3 +80,11 @@ def check_found(folders: list[Path], found: bool) -> None:
 def dataset_of(metrics: dict[str, Any]) -> str:
     """The dataset of a metrics.json's or an eval.json's run (PTB for a config from before `data.name`)."""
     return (metrics.get("config") or {}).get("data", {}).get("name", "ptb")
+
+
+def by_dataset(found: list[tuple[Path, dict[str, Any]]]) -> dict[str, list[tuple[Path, dict[str, Any]]]]:
+    """``found`` (path, metrics) grouped by dataset, datasets in name order."""
+    groups: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
+    for path, metrics in found:
+        groups.setdefault(dataset_of(metrics), []).append((path, metrics))
+    return dict(sorted(groups.items()))

@@ -17,11 +17,12 @@ from typing import Any, ClassVar
 
 from omegaconf import OmegaConf
 
-from vdrnn.config import MC_ONLY, key_among
-from vdrnn.dropout import DropoutConfig
+from vdrnn.config import key_among
+from vdrnn.dropout import SCHEMES
+from vdrnn.eval_settings import MC_ONLY
 from vdrnn.report.found import numbers_as_numbers
-from vdrnn.sentiment import config as sentiment_config
-from vdrnn.tracking import flatten, read_jsonl
+from vdrnn.tasks import task_of
+from vdrnn.training.tracking import flatten, read_jsonl
 
 
 def rank(known: list[str], item: str) -> int:
@@ -111,7 +112,7 @@ def scheme_name(config: dict[str, Any]) -> str:
     """An ad-hoc run's name: its dropout scheme, e.g. ``variational (untied)``, ``gaussian (learned alpha)``."""
     dropout = config.get("dropout", {})
     scheme = dropout.get("scheme", "?")
-    untied = config.get("cell", {}).get("gates") == "untied" and scheme in DropoutConfig.PER_GATE_SCHEMES
+    untied = config.get("cell", {}).get("gates") == "untied" and scheme in SCHEMES and SCHEMES[scheme].per_gate_masks
     notes = [note for note, on in (("untied", untied), ("learned alpha", dropout.get("learn_alpha"))) if on]
     return scheme + (f" ({', '.join(notes)})" if notes else "")
 
@@ -149,18 +150,11 @@ def base_settings() -> dict[str, str]:
     return {key: value for key, value in defaults.items() if value != json.dumps("???")}
 
 
-# A sentiment model scores every review on its own, so how many reviews an evaluation pass holds changes no
-# weight-scaling number beyond float rounding (MC draws its masks in another order: another draw). A language
-# model's evaluation batch does change its numbers: it cuts the text into other streams.
-SENTIMENT_NOT_SETTINGS = ("data.eval_batch_size",)
-
-
 def run_settings(config: dict[str, Any], pooled: tuple[str, ...] = ()) -> dict[str, str]:
     """A run's settings, with those it did not log (options added to vdrnn since) at their defaults, less the
     ``pooled`` ones (dotted keys or groups, ``vdrnn report --pool``)."""
     out = {**base_settings(), **settings(config)}
-    ignored = (*pooled, *SENTIMENT_NOT_SETTINGS) if (config.get("data") or {}).get("name") in sentiment_config.DATASETS \
-        else pooled
+    ignored = (*pooled, *task_of(config).report_ignores)  # settings that change none of the task's numbers
     if out.get("eval.mode") == json.dumps("scale"):  # MC's keys change nothing of a weight-scaling run
         ignored = (*ignored, *MC_ONLY)
     return {key: value for key, value in out.items() if not key_among(key, ignored)}
@@ -200,9 +194,6 @@ def distinguish(group: list[Row]) -> None:
 # the dropout probabilities (dropout column; other dropout options, e.g. dropout.cell_scale, are not shown there).
 QUIET_OVERRIDES = ("experiment=", "seed=", *(f"dropout.{site}=" for site in SITE_LABELS), "trainer.progress=",
                    "trainer.log_every=", "hydra.", "data.root=", "device=", "resume=", "init_from=", "checkpoint=")
-# A sentiment row also leaves out what does not change its numbers there, as its grouping does (e.g. the
-# evaluation batch size: a row of seeds at 1,000 and 500 reviews a pass is one experiment).
-SENTIMENT_QUIET_OVERRIDES = (*QUIET_OVERRIDES, *(f"{key}=" for key in SENTIMENT_NOT_SETTINGS))
 
 
 def run_overrides(run_dir: Path, quiet: tuple[str, ...]) -> list[str] | None:

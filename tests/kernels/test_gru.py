@@ -1,0 +1,247 @@
+"""The fused Triton GRU recurrence (vdrnn.kernels.gru) against the reference loop.
+
+On a machine without CUDA the kernels run in Triton's interpreter on CPU tensors (TRITON_INTERPRET=1,
+see triton_setup.py); on a GPU the same tests run the compiled kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from tests.kernels.triton_setup import (  # noqa: F401 (exact_fp32: autouse fixture)
+    CUDA,
+    DEVICE,
+    FP32_TOL,
+    TF32_TOL,
+    exact_fp32,
+    gpu,
+    kernel_units,
+    packed_dtypes,
+    random_weights,
+    rel,
+    shared_masks,
+    tf32_products,
+)
+from vdrnn.cells.gru import GRU_GATES, GRULayer, gru_reference
+from vdrnn.dropout import LayerMasks, bernoulli_mask
+from vdrnn.kernels import common, gemm
+from vdrnn.kernels import gru as kernels_gru
+from vdrnn.kernels.gru import gru_fused
+
+
+def make_masks(kind: str, steps: int, batch: int, inputs: int, hidden: int) -> LayerMasks:
+    if kind == "none":  # per_gate with no mask: still the masked (fused) path
+        return LayerMasks(per_gate=True)
+    if kind == "tied_h":
+        return LayerMasks(h=bernoulli_mask((batch, hidden), 0.5, torch.empty(0, device=DEVICE)))
+    masks = shared_masks(kind, GRU_GATES, steps, batch, inputs, hidden)
+    if masks is None:
+        raise ValueError(kind)
+    return masks
+
+
+def random_problem(steps: int, batch: int, inputs: int, hidden: int):
+    """Fresh inputs, state and weights."""
+    x = torch.randn(steps, batch, inputs, device=DEVICE)
+    h0 = torch.randn(batch, hidden, device=DEVICE) * 0.5
+    return [t.requires_grad_() for t in (x, h0, *random_weights(GRU_GATES, inputs, hidden))]
+
+
+def run_with_grads(fn, leaves, masks, weights):
+    """Outputs, and the gradients of a random projection of them with respect to ``leaves``: the problem's
+    tensors (x, h0, W_ih, W_hh, b_ih, b_hh), then any leaves that ``masks`` were made from."""
+    x, h0, *params = leaves[:6]
+    y, h = fn(x, h0, tuple(params), masks)
+    wy, wh = weights
+    loss = (y.float() * wy).sum() + (h * wh).sum()
+    # Detached: a kept graph would pin the leaves' AccumulateGrad nodes to the stream that made them.
+    return [y.detach(), h.detach(), *torch.autograd.grad(loss, leaves)]
+
+
+def loss_weights(steps: int, batch: int, hidden: int):
+    return [torch.randn(steps, batch, hidden, device=DEVICE), torch.randn(batch, hidden, device=DEVICE)]
+
+
+NAMES = ["y", "h_T", "dx", "dh0", "dw_ih", "dw_hh", "db_ih", "db_hh"]
+
+
+def compare(steps, batch, inputs, hidden, kind, tol=FP32_TOL):
+    leaves = random_problem(steps, batch, inputs, hidden)
+    masks = make_masks(kind, steps, batch, inputs, hidden)
+    weights = loss_weights(steps, batch, hidden)
+    ref = run_with_grads(gru_reference, leaves, masks, weights)
+    out = run_with_grads(gru_fused, leaves, masks, weights)
+    errors = {name: rel(o, r) for name, o, r in zip(NAMES, out, ref, strict=True)}
+    assert all(e < tol for e in errors.values()), errors
+    assert out[0].dtype == ref[0].dtype and out[1].dtype == torch.float32
+
+
+@pytest.mark.parametrize("kind", ["none", "tied_h", "tied", "fresh_x_tied_h", "untied", "untied_x_only", "tied_batch",
+                                  "untied_batch", "gaussian_untied"])
+def test_fused_gru_matches_reference(kind):
+    torch.manual_seed(0)
+    compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind)
+
+
+@pytest.mark.parametrize("tf32,stored,tol", [(True, torch.float16, TF32_TOL), (False, torch.float32, FP32_TOL)])
+@pytest.mark.parametrize("kind", ["tied", "untied"])
+def test_fused_gru_tf32_products_read_their_operands_stored_in_fp16(kind, tf32, stored, tol, monkeypatch):
+    """As the LSTM's (test_fused.py): with TF32 on, W_hh and the masked h_t are stored in fp16, the gradients stay
+    fp32, and the results stay within TF32's error; IEEE fp32 products keep fp32 operands."""
+    packed = packed_dtypes(monkeypatch)
+    torch.manual_seed(0)
+    with tf32_products(tf32):
+        compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind, tol=tol)
+    assert packed == [stored]
+
+
+@pytest.mark.parametrize("kind", ["tied", "untied"])
+def test_fused_gru_with_aligned_products_matches_reference(kind, monkeypatch):
+    """The products zero-padded for cuBLAS (vdrnn.gemm, CUDA only) run here too: 5 inputs pad to 8, and the input
+    product writes each gate's 13 units as the kernels' 16."""
+    monkeypatch.setattr(gemm, "ALIGNED_DEVICES", ("cuda", "cpu"))
+    torch.manual_seed(0)
+    compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind)
+
+
+@pytest.mark.parametrize("kind", ["tied", "untied"])
+def test_fused_gru_skips_the_product_for_a_detached_initial_state(kind, monkeypatch):
+    """As the LSTM's: with h_0 detached (training's carried state) no dh_0 product runs, and the other gradients are
+    the reference's."""
+    calls = []
+    real = common.initial_state_grad
+    monkeypatch.setattr(common, "initial_state_grad", lambda *args: calls.append(1) or real(*args))
+    steps, batch, inputs, hidden = 5, 3, 7, 33
+    x, h0, *params = random_problem(steps, batch, inputs, hidden)
+    h0 = h0.detach()
+    masks = make_masks(kind, steps, batch, inputs, hidden)
+
+    def grads(fn):
+        y, h = fn(x, h0, tuple(params), masks)
+        return torch.autograd.grad(y.sum() + h.sum(), [x, *params])
+
+    got = grads(gru_fused)
+    assert calls == []
+    for g, r in zip(got, grads(gru_reference), strict=True):
+        assert rel(g, r) < FP32_TOL
+
+
+@pytest.mark.parametrize("multiple,units", [(1, 13), (16, 16)])
+@pytest.mark.parametrize("kind", ["tied", "untied"])
+def test_fused_gru_dead_units_change_nothing(kind, multiple, units, monkeypatch):
+    """13 units run by the kernels as 16 (3 dead units, launch.UNIT_MULTIPLE 16) or as they are: the same results."""
+    runs = kernel_units(monkeypatch, kernels_gru, multiple)
+    torch.manual_seed(0)
+    compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind)
+    [(run_units, y)] = runs
+    assert run_units == units
+    assert y[..., 13:].abs().max().item() == 0 if units > 13 else y.shape[-1] == 13  # dead units stay exactly 0
+
+
+@pytest.mark.parametrize("kind", ["tied", "gaussian_untied", "tied_batch"])
+def test_fused_gru_passes_the_masks_gradient(kind, block_plan):
+    """Learned Gaussian noise (dropout.learn_alpha) makes the masks leaves: dL/dz_h from the kernels' backward."""
+    torch.manual_seed(3)
+    steps, batch, inputs, hidden = 4, 3, 5, 37
+    leaves = random_problem(steps, batch, inputs, hidden)
+    masks = make_masks(kind, steps, batch, inputs, hidden)
+    x_mask, h_mask = (m.clone().requires_grad_() for m in (masks.x, masks.h))
+    masks = dataclasses.replace(masks, x=x_mask, h=h_mask)
+    weights = loss_weights(steps, batch, hidden)
+    ref = run_with_grads(gru_reference, leaves + [x_mask, h_mask], masks, weights)
+    out = run_with_grads(gru_fused, leaves + [x_mask, h_mask], masks, weights)
+    errors = {name: rel(o, r) for name, o, r in zip(NAMES + ["dz_x", "dz_h"], out, ref, strict=True)}
+    assert all(e < 1e-5 for e in errors.values()), errors
+    assert out[-1].shape == h_mask.shape and out[-1].abs().sum() > 0
+
+
+@pytest.mark.parametrize("batch,hidden", [(1, 37), (3, 37)])
+@pytest.mark.parametrize("kind", ["tied", "untied"])
+def test_fused_gru_split_k(kind, batch, hidden, block_plan):
+    """Hidden 37 with 16-wide K slices: 3 slices, the last partly past H, summed by the last arriver."""
+    torch.manual_seed(1)
+    compare(steps=3, batch=batch, inputs=4, hidden=hidden, kind=kind)
+
+
+def test_fused_gru_inference_without_grad():
+    torch.manual_seed(2)
+    steps, batch, inputs, hidden = 3, 2, 5, 13
+    x, h0, *params = random_problem(steps, batch, inputs, hidden)
+    masks = make_masks("untied", steps, batch, inputs, hidden)
+    with torch.no_grad():
+        y_ref, h_ref = gru_reference(x, h0, tuple(params), masks)
+        y, h = gru_fused(x, h0, tuple(params), masks)
+    assert rel(y, y_ref) < 1e-5 and rel(h, h_ref) < 1e-5
+
+
+@pytest.mark.parametrize("per_gate", [False, True])
+def test_gru_layer_fast_matches_reference(per_gate):
+    torch.manual_seed(3)
+    steps, batch, inputs, hidden = 4, 2, 5, 9
+    fast = GRULayer(inputs, hidden, impl="fast").to(DEVICE)
+    reference = GRULayer(inputs, hidden, impl="reference").to(DEVICE)
+    reference.load_state_dict(fast.state_dict())
+    x = torch.randn(steps, batch, inputs, device=DEVICE)
+    h0 = torch.randn(batch, hidden, device=DEVICE)
+    gates = (GRU_GATES,) if per_gate else ()
+    masks = LayerMasks(h=bernoulli_mask((batch, *gates, hidden), 0.5, x), per_gate=per_gate)
+    outputs = []
+    for layer in (fast, reference):
+        y, h = layer(x, h0, masks)
+        (y.square().sum() + h.sum()).backward()
+        outputs.append([y, h] + [p.grad for p in layer.parameters()])
+    for a, b in zip(*outputs, strict=True):
+        assert rel(a, b) < 1e-5
+
+
+@gpu
+@pytest.mark.parametrize("kind", ["none", "tied", "untied"])
+def test_fused_gru_matches_reference_on_gpu(kind):
+    torch.manual_seed(4)
+    compare(steps=35, batch=20, inputs=64, hidden=128, kind=kind)
+
+
+@gpu
+def test_fused_gru_bf16_autocast_close_to_reference():
+    torch.manual_seed(5)
+    steps, batch, inputs, hidden = 7, 20, 48, 72
+    leaves = random_problem(steps, batch, inputs, hidden)
+    masks = make_masks("tied", steps, batch, inputs, hidden)
+    weights = loss_weights(steps, batch, hidden)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        ref = run_with_grads(gru_reference, leaves, masks, weights)
+        out = run_with_grads(gru_fused, leaves, masks, weights)
+    assert out[0].dtype == ref[0].dtype
+    errors = {name: rel(o, r) for name, o, r in zip(NAMES, out, ref, strict=True)}
+    assert all(e < 3e-2 for e in errors.values()), errors
+
+
+@gpu
+@pytest.mark.parametrize("kind", ["tied", "untied"])
+def test_fused_gru_in_cuda_graph_matches_eager(kind):
+    """Forward and backward captured in one CUDA graph, replayed on new inputs: eager's numbers."""
+    torch.manual_seed(6)
+    steps, batch, inputs, hidden = 6, 20, 32, 128
+    leaves = random_problem(steps, batch, inputs, hidden)
+    masks = make_masks(kind, steps, batch, inputs, hidden)
+    weights = loss_weights(steps, batch, hidden)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture: compiles the kernels
+        run_with_grads(gru_fused, leaves, masks, weights)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run_with_grads(gru_fused, leaves, masks, weights)
+    with torch.no_grad():  # new values in the captured input buffers
+        for leaf in leaves:
+            leaf.copy_(torch.randn_like(leaf) * leaf.std())
+        for mask in (masks.x, masks.h):
+            mask.copy_(mask.flip(0))
+    graph.replay()
+    eager = run_with_grads(gru_fused, leaves, masks, weights)
+    for name, a, b in zip(NAMES, captured, eager, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)

@@ -1,0 +1,157 @@
+"""AWD-LSTM's regularizers: weight drop, locked and embedding dropout granularity, AR/TAR, variable
+BPTT, NT-ASGD, tied embeddings."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+import torch
+
+from tests.helpers import TINY, history, run_cli
+from vdrnn.config import ModelConfig
+from vdrnn.dropout import DropoutConfig, make_dropout, words_of
+from vdrnn.tasks.lm.datasets import tokenize
+from vdrnn.tasks.lm.model import LanguageModel
+
+V, B, T = 30, 5, 8
+
+
+def awd_model(**dropout) -> LanguageModel:
+    torch.manual_seed(0)
+    cfg = ModelConfig(num_layers=3, hidden_size=12, embedding_size=6, tie_weights=True, init="awd", init_range=0.1,
+                      impl="reference")
+    p = {"embedding": 0.1, "input": 0.4, "hidden": 0.25, "output": 0.4, "weight": 0.5, "embedding_mask": "batch"}
+    return LanguageModel(V, cfg, make_dropout(DropoutConfig(scheme="awd", **{**p, **dropout})))
+
+
+def test_sizes_and_tied_embeddings():
+    model = awd_model()
+    assert [(layer.input_size, layer.hidden_size) for layer in model.layers] == [(6, 12), (12, 12), (12, 6)]
+    assert model.decoder.weight is model.embedding.weight
+    assert torch.all(model.decoder.bias == 0)
+
+
+def test_weight_drop_mask_is_one_per_minibatch_and_resampled():
+    scheme = make_dropout(DropoutConfig(scheme="awd", weight=0.5))
+    x = torch.randn(T, B, 6)
+    first, second = scheme.layer_masks(x, 12, 4, 0).w_hh, scheme.layer_masks(x, 12, 4, 0).w_hh
+    assert first.shape == (48, 12) and not torch.equal(first, second)  # [4H, H], shared by samples and steps
+    assert (first == 0).float().mean().item() == pytest.approx(0.5, abs=0.1)
+    assert set(first.unique().tolist()) == {0.0, 2.0}  # inverted: kept weights scaled by 1/(1-p)
+
+
+def test_the_layer_runs_the_lstm_with_w_hh_times_the_schemes_mask():
+    """Weight drop as DropConnect: the layer's output is a plain LSTM's with W_hh' = W_hh * M / (1-p), M the
+    mask the scheme drew, and the raw W_hh's gradient is zero exactly where M dropped an entry."""
+    torch.manual_seed(0)
+    scheme = make_dropout(DropoutConfig(scheme="awd", weight=0.5))
+    layer = awd_model(embedding=0.0, input=0.0, hidden=0.0, output=0.0).layers[0]
+    x = torch.randn(T, B, 6)
+    masks = scheme.layer_masks(x, 12, 4, 0)
+    state = (torch.zeros(B, 12), torch.zeros(B, 12))
+    y, _ = layer(x, state, masks)
+    plain = torch.nn.LSTM(6, 12)
+    plain.load_state_dict(layer.lstm.state_dict())
+    with torch.no_grad():
+        plain.weight_hh_l0.mul_(masks.w_hh)
+    torch.testing.assert_close(y, plain(x)[0])
+    y.sum().backward()
+    grad = layer.lstm.weight_hh_l0.grad
+    assert torch.all(grad[masks.w_hh == 0] == 0) and (grad[masks.w_hh != 0] != 0).float().mean() > 0.9
+
+
+def test_raw_w_hh_gets_gradients_is_never_overwritten_and_eval_uses_it():
+    model = awd_model(embedding=0.0, input=0.0, hidden=0.0, output=0.0)
+    raw = [layer.lstm.weight_hh_l0.detach().clone() for layer in model.layers]
+    tokens = torch.randint(0, V, (T, B))
+    logits, _ = model(tokens, model.initial_state(B, "cpu"))
+    logits.sum().backward()
+    for layer, before in zip(model.layers, raw, strict=True):
+        w = layer.lstm.weight_hh_l0
+        assert torch.equal(w, before) and w.grad is not None and w.grad.abs().sum() > 0
+        assert (w.grad == 0).float().mean() > 0.3  # dropped entries get no gradient this minibatch
+    model.eval()
+    a, _ = model(tokens, model.initial_state(B, "cpu"))
+    b, _ = model(tokens, model.initial_state(B, "cpu"))
+    assert torch.equal(a, b)  # evaluation: the raw weights, no mask
+    plain = torch.nn.LSTM(6, 12)
+    plain.load_state_dict(model.layers[0].lstm.state_dict())
+    assert torch.allclose(model.layers[0](model.embedding(tokens), model.initial_state(B, "cpu")[0])[0],
+                          plain(model.embedding(tokens))[0], atol=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's LSTM needs CUDA")
+def test_weight_drop_trains_through_cudnn_on_the_gpu():
+    # cuDNN (unlike the CPU kernel) can only differentiate a training-mode forward: the weight-drop call
+    # must ask for one whenever gradients are on, and still run under no_grad for evaluation.
+    model = awd_model().cuda()
+    tokens = torch.randint(0, V, (T, B), device="cuda")
+    logits, _ = model(tokens, model.initial_state(B, "cuda"))
+    logits.sum().backward()
+    assert all(layer.lstm.weight_hh_l0.grad.abs().sum() > 0 for layer in model.layers)
+    with torch.no_grad():
+        model.eval()
+        assert torch.isfinite(model(tokens, model.initial_state(B, "cuda"))[0]).all()
+
+
+def test_embedding_mask_per_batch_and_locked_masks_per_sample():
+    scheme = make_dropout(DropoutConfig(scheme="awd", embedding=0.5, input=0.5, embedding_mask="batch"))
+    tokens = torch.randint(0, 3, (40, B))
+    mask = words_of(scheme.word_type_table(tokens.shape[1], 3, tokens), tokens)
+    for word in range(3):  # one draw per word type, shared by every sequence of the batch
+        assert mask[tokens == word].unique().numel() == 1
+    locked = scheme.layer_masks(torch.randn(T, B, 6), 12, 4, 0).x
+    assert locked.shape == (B, 6) and not all(torch.equal(locked[0], locked[b]) for b in range(1, B))
+    shared = make_dropout(DropoutConfig(scheme="awd", input=0.5, locked_mask="batch"))
+    assert shared.layer_masks(torch.randn(T, B, 6), 12, 4, 0).x.shape == (1, 6)
+
+
+def test_hidden_probability_applies_to_layers_above_the_first():
+    cfg = DropoutConfig(scheme="awd", input=0.65, hidden=0.3)
+    assert (cfg.input_p(0), cfg.input_p(1), cfg.input_p(2)) == (0.65, 0.3, 0.3)
+    assert DropoutConfig(scheme="variational", input=0.5).input_p(1) == 0.5
+
+
+def awd_cli(tmp_path, corpus, *extra, experiment="awd_ptb", run="run"):
+    tiny = [a for a in TINY if not a.startswith(("model=", "model.hidden_size", "data.bptt"))]
+    return run_cli("train", f"experiment={experiment}", *tiny, "model.hidden_size=16", "model.embedding_size=8",
+                   "data.bptt=6", f"data.root={corpus}", f"hydra.run.dir={run}", *extra, cwd=tmp_path)
+
+
+@pytest.mark.slow
+def test_awd_preset_trains_with_nt_asgd_switch_and_variable_bptt(tmp_path, tiny_corpus):
+    # nonmono=1 and a large lr make the switch to averaged SGD happen within a few epochs: after epoch 4 on one CPU,
+    # earlier on another (the lr makes the run chaotic), so 6 epochs leave averaged steps to check on either.
+    result = awd_cli(tmp_path, tiny_corpus, "trainer.epochs=6", "trainer.nonmono=1", "trainer.lr=60")
+    log = result.stderr + result.stdout
+    records = history(tmp_path / "run")
+    switched = re.search(r"switching to averaged SGD after epoch (\d+)", log)
+    assert len(records) == 6 and switched and int(switched[1]) < 6, log
+    last = torch.load(tmp_path / "run" / "last.pt", weights_only=True)
+    assert last["averaging"] and "ax" in str(last["optimizer"]["state"][0].keys())
+    # Variable BPTT: the step count differs from the fixed-length count of an epoch, computed from the run's own
+    # data and settings: ceil((rows - 1) / bptt) minibatches of the [N // batch_size, batch_size] training stream.
+    data = json.loads((tmp_path / "run" / "metrics.json").read_text())["config"]["data"]
+    tokens = len(tokenize(tiny_corpus.joinpath("ptb.train.txt").read_text().splitlines()))  # words + <eos>
+    assert data["variable_bptt"] and tokens > 10 * data["batch_size"] * data["bptt"]  # an epoch of many minibatches
+    fixed = math.ceil((tokens // data["batch_size"] - 1) / data["bptt"])
+    assert records[0]["step"] != fixed
+    assert math.isfinite(json.loads((tmp_path / "run" / "metrics.json").read_text())["test_ppl"])
+
+
+@pytest.mark.slow
+def test_fine_tuning_stage_starts_from_the_trained_weights_and_averages_from_its_first_step(tmp_path, tiny_corpus):
+    awd_cli(tmp_path, tiny_corpus, "trainer.epochs=3")
+    # With a vanishing lr the fine-tuning stage keeps the weights it starts from: it tests the first stage's model.
+    started = awd_cli(tmp_path, tiny_corpus, "trainer.epochs=1", "trainer.lr=1e-12",
+                      f"init_from={tmp_path / 'run' / 'best.pt'}", experiment="awd_ptb_finetune", run="finetune")
+    assert f"starting from the weights of {tmp_path / 'run' / 'best.pt'} (epoch " in started.stdout + started.stderr
+    stage1, stage2 = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("run", "finetune"))
+    assert stage2["test_ppl"] == pytest.approx(stage1["test_ppl"], rel=1e-4)
+    assert stage2["paper"]["row"] == "AWD-LSTM (fine-tuned)"
+    # Averaged SGD from its first step (the averaged weights are what it evaluates).
+    last = torch.load(tmp_path / "finetune" / "last.pt", weights_only=True)
+    assert last["averaging"] and "ax" in str(last["optimizer"]["state"][0].keys())

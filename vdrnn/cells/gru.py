@@ -1,0 +1,63 @@
+"""The GRU layer: gate order r, z, n as ``torch.nn.GRU``, with Gal's masks.
+
+    r = sigma(W_ir (x_t * z_x^r) + b_ir + W_hr (h_{t-1} * z_h^r) + b_hr)
+    z = sigma(W_iz (x_t * z_x^z) + b_iz + W_hz (h_{t-1} * z_h^z) + b_hz)
+    n = tanh(W_in (x_t * z_x^n) + b_in + r * (W_hn (h_{t-1} * z_h^n) + b_hn))
+    h_t = (1 - z) * n + z * h_{t-1}
+
+The layer holds a stock one-layer ``nn.GRU``, so the cell is PyTorch's (cuDNN's): the reset gate scales the recurrent
+product, r * (W_hn h + b_hn), where the Keras GRU of Gal's scripts resets the state before the product; only the
+masks are Gal's. Tied gates use one z_x [B, D] and one z_h [B, H] for r, z and n, untied (``masks.per_gate``) a mask
+per gate, [B, 3, D] and [B, 3, H]; z_x may also be Zaremba's fresh-per-step [T, B, D]. The masks act on the inputs of
+the products only: the interpolation z * h_{t-1} uses the undropped state, as in Keras. No cell state, so Moon's
+c-mask does not apply.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from vdrnn.cells import GATES
+from vdrnn.cells.common import SingleStateLayer, masked_linear, runs_kernels
+from vdrnn.dropout import LayerMasks
+
+GRU_GATES = GATES["gru"]
+
+
+class GRULayer(SingleStateLayer):
+    """One GRU layer (the parameters of a one-layer ``torch.nn.GRU``); masked recurrences run
+    :func:`vdrnn.kernels.gru.gru_fused` under ``model.impl=fast`` (``auto`` on CUDA), else :func:`gru_reference`."""
+
+    cell = "gru"
+    gates = GRU_GATES
+
+    def __init__(self, input_size: int, hidden_size: int, impl: str = "auto"):
+        super().__init__(nn.GRU(input_size, hidden_size, num_layers=1), impl)
+
+    def masked_loop(self, x: torch.Tensor):
+        if runs_kernels(self.impl, x, self.cell):
+            from vdrnn.kernels.gru import gru_fused  # Triton, only where it runs
+
+            return gru_fused
+        return gru_reference
+
+
+def gru_reference(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...],
+                  masks: LayerMasks) -> tuple[torch.Tensor, torch.Tensor]:
+    """The GRU of the module docstring, step by step: x [T, B, D], h0 [B, H] -> (outputs [T, B, H], h_T). Products may
+    run in low precision under autocast; gate sums and h_t stay fp32."""
+    w_ih, w_hh, b_ih, b_hh = params
+    x_proj = masked_linear(x, w_ih, b_ih, masks.x, masks.per_gate)
+    h = h0.float()
+    outputs = []
+    for t in range(x.shape[0]):
+        h_proj = masked_linear(h.to(x_proj.dtype), w_hh, b_hh, masks.h, masks.per_gate).float()
+        x_r, x_z, x_n = x_proj[t].float().chunk(GRU_GATES, dim=1)
+        h_r, h_z, h_n = h_proj.chunk(GRU_GATES, dim=1)
+        r = torch.sigmoid(x_r + h_r)
+        z = torch.sigmoid(x_z + h_z)
+        n = torch.tanh(x_n + r * h_n)
+        h = (1 - z) * n + z * h
+        outputs.append(h)
+    return torch.stack(outputs).to(x_proj.dtype), h

@@ -1,0 +1,142 @@
+"""The ``dropout`` config group, checked against the scheme it names (:mod:`vdrnn.dropout.registry`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vdrnn.dropout.masks import NOISES
+from vdrnn.dropout.registry import SCHEMES, in_table_order
+from vdrnn.errors import ConfigError
+
+SITES = ("embedding", "input", "hidden", "recurrent", "output", "cell", "weight")
+LEARNED_SITES = ("input", "hidden", "recurrent", "output")  # the sites whose alpha learn_alpha learns
+GRANULARITIES = ("sample", "batch")
+CELL_SCALES = ("h", "c")
+
+
+@dataclass(frozen=True)
+class DropoutConfig:
+    """Dropout probabilities, one per site, and how the masks are drawn. Which sites a scheme may use is checked here.
+
+    ``embedding`` is word-type dropout (drop whole word types, Gal sec. 4.1); ``input`` drops each layer's input (the
+    embedding output for layer 1, the layer below's output above it), and ``hidden``, when set, replaces it for the
+    inputs of layers 2..L (AWD's ``dropouth``); ``recurrent`` drops h_{t-1}; ``output`` drops the last layer's output
+    before the head; ``cell`` drops c_t (Moon); ``weight`` drops entries of each W_hh (AWD's weight drop).
+    ``embedding_mask`` and ``locked_mask`` say whether word-type and fixed-over-time masks are drawn per ``sample``
+    (Gal) or once per ``batch`` and shared by its sequences (AWD's reference code for word types). ``per_gate`` gives
+    every gate its own masks (Gal's untied weights, eq. 5), set from ``cell.gates``. ``cell_scale`` says where Moon's
+    1/(1-p) goes. ``learn_alpha`` learns the Gaussian masks' variance with Kingma's KL term weighted by
+    ``kl_weight``. ``embedding_noise`` draws the word-type masks from another distribution than the scheme's own.
+    """
+
+    scheme: str = "none"
+    embedding: float = 0.0
+    input: float = 0.0
+    recurrent: float = 0.0
+    output: float = 0.0
+    cell: float = 0.0
+    hidden: float | None = None
+    weight: float = 0.0
+    embedding_mask: str = "sample"
+    locked_mask: str = "sample"
+    cell_scale: str = "h"
+    per_gate: bool = False
+    learn_alpha: bool = False
+    kl_weight: float = 1.0
+    embedding_noise: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.scheme not in SCHEMES:
+            raise ConfigError(f"unknown dropout scheme {self.scheme!r}; choose one of {', '.join(in_table_order())} "
+                              f"(e.g. `dropout=variational`)")
+        self._check_granularities()
+        self._check_options()
+        self._check_probabilities()
+
+    def _check_granularities(self) -> None:
+        """``embedding_mask`` and ``locked_mask`` off their default only where the scheme draws such masks."""
+        users = {"locked_mask": [name for name, s in ordered() if s.reads_locked_mask],
+                 "embedding_mask": [name for name, s in ordered() if "embedding" in s.sites]}
+        for key, schemes in users.items():
+            value = getattr(self, key)
+            if value not in GRANULARITIES:
+                raise ConfigError(f"dropout.{key}={value!r}; choose `sample` or `batch`")
+            if value != "sample" and self.scheme not in schemes:  # `sample` is the default
+                why = (f"it sets how schemes {', '.join(schemes)} draw their fixed-over-time masks (Moon's cell mask "
+                       f"is always one per sample, Zaremba's masks are fresh every step)" if key == "locked_mask"
+                       else f"word-type masks are drawn only by schemes {', '.join(schemes)}")
+                raise ConfigError(f"dropout.{key}={value} does nothing with scheme {self.scheme!r}: {why}; "
+                                  f"drop the override or pick one of those schemes")
+
+    def _check_options(self) -> None:
+        """The options that only some schemes read: per-gate masks, Moon's scale, word-type noise, learned alpha."""
+        spec = SCHEMES[self.scheme]
+        per_gate = [name for name, s in ordered() if s.per_gate_masks]
+        if self.per_gate and not spec.per_gate_masks:
+            raise ConfigError(
+                f"cell.gates=untied gives every gate its own dropout masks, which only "
+                f"{' and '.join(f'dropout={name}' for name in per_gate)} draw; scheme {self.scheme!r} "
+                f"would ignore it. Use cell.gates=tied, or {' / '.join(f'dropout={name}_untied' for name in per_gate)}")
+        if self.cell_scale not in CELL_SCALES:
+            raise ConfigError(f"dropout.cell_scale={self.cell_scale!r}; choose `h` (vdrnn's Moon) or `c`")
+        if self.cell_scale != "h" and "cell" not in spec.sites:
+            raise ConfigError(f"dropout.cell_scale={self.cell_scale} only applies to `dropout=moon` (it places "
+                              f"Moon's 1/(1-p)); drop the override or pick the Moon scheme")
+        if self.embedding_noise is not None:
+            if self.embedding_noise not in NOISES:
+                raise ConfigError(f"dropout.embedding_noise={self.embedding_noise!r}; choose `bernoulli` (drop whole "
+                                  f"word types), `gaussian` (scale them by N(1, p/(1-p))) or null (the scheme's own)")
+            if "embedding" not in spec.sites:
+                users = [name for name, s in ordered() if "embedding" in s.sites]
+                raise ConfigError(f"dropout.embedding_noise={self.embedding_noise} draws the word-type masks, which "
+                                  f"scheme {self.scheme!r} does not drop (schemes {', '.join(users)} do): drop the "
+                                  f"override or pick one of those schemes")
+            if not self.embedding:
+                raise ConfigError(f"dropout.embedding_noise={self.embedding_noise} draws the word-type masks, and "
+                                  f"dropout.embedding=0 draws none: set dropout.embedding (e.g. 0.5) or drop the "
+                                  f"override")
+        if self.learn_alpha and not spec.learns_noise:
+            raise ConfigError(f"dropout.learn_alpha=true learns the variance of Gaussian masks; scheme {self.scheme!r} "
+                              f"has none. Use `dropout=gaussian` (or `gaussian_untied`) or drop the override")
+        if not (is_number(self.kl_weight) and self.kl_weight >= 0):
+            raise ConfigError(f"dropout.kl_weight={self.kl_weight!r} must be a number >= 0 (1 is Kingma's ELBO)")
+        if self.kl_weight != 1.0 and not self.learn_alpha:
+            raise ConfigError(f"dropout.kl_weight={self.kl_weight} does nothing without dropout.learn_alpha=true "
+                              f"(with alpha fixed the KL term is a constant); drop it or learn alpha")
+
+    def _check_probabilities(self) -> None:
+        """Every site's p is a probability, non-zero only at the scheme's sites, and some p is there to act on."""
+        sites = SCHEMES[self.scheme].sites
+        for site in SITES:
+            p = getattr(self, site)
+            if site == "hidden" and p is None:  # unset: layers 2..L use dropout.input
+                continue
+            if not is_number(p) or not 0.0 <= p < 1.0:
+                raise ConfigError(f"dropout.{site}={p!r} is not a probability in [0, 1); "
+                                  f"pass e.g. `dropout.{site}=0.5` (p=1 would drop everything)")
+            if p > 0 and site not in sites:
+                raise ConfigError(f"dropout.{site}={p} is not used by scheme {self.scheme!r} (its sites: "
+                                  f"{', '.join(sites) or 'none'}); set `dropout.{site}=0` or pick a scheme that "
+                                  f"drops {site}")
+        if self.per_gate and not any(getattr(self, site) for site in ("input", "hidden", "recurrent")):
+            raise ConfigError("cell.gates=untied gives every gate its own masks on the layer inputs and h_{t-1}, and "
+                              "dropout.input, dropout.hidden and dropout.recurrent are all 0: untied would change "
+                              "nothing. Set one of them, or use cell.gates=tied")
+        if self.learn_alpha and not any(getattr(self, site) for site in LEARNED_SITES):
+            raise ConfigError(f"dropout.learn_alpha=true learns the noise of dropout.{', dropout.'.join(LEARNED_SITES)}, "
+                              f"and all are 0: there is nothing to learn. Set one of them (e.g. `dropout.input=0.3`) "
+                              f"or drop learn_alpha")
+
+    def input_p(self, layer: int) -> float:
+        """Dropout probability on the input of layer ``layer`` (0-based)."""
+        return self.input if layer == 0 or self.hidden is None else self.hidden
+
+
+def ordered():
+    """(name, scheme class) of every scheme, in table order, as the messages list them."""
+    return [(name, SCHEMES[name]) for name in in_table_order()]
+
+
+def is_number(value) -> bool:
+    """An int or float, not a bool (YAML's `true` would otherwise pass as 1)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -1,0 +1,96 @@
+"""Drawing masks, and the masks one recurrent layer receives for one minibatch (:class:`LayerMasks`).
+
+Every draw is made on the device with torch's default generator, which keeps it valid inside a CUDA graph (each
+replay draws new masks). torch is imported by the draws, not with this module, so that checking a config, which
+reads the schemes, does not wait for it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+def keep_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
+    """Unscaled dropout mask: 0 with probability p, else 1; fp32 on ``like``'s device."""
+    import torch
+
+    return torch.empty(shape, device=like.device, dtype=torch.float32).bernoulli_(1.0 - p)
+
+
+def bernoulli_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
+    """Inverted-dropout mask: 0 with probability p, else 1/(1-p)."""
+    return keep_mask(shape, p, like).div_(1.0 - p)
+
+
+def gaussian_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
+    """Multiplicative Gaussian noise N(1, alpha), alpha = p / (1 - p): the mean and variance of the inverted
+    Bernoulli mask of the same p (Srivastava et al. 2014, sec. 10)."""
+    import torch
+
+    return torch.empty(shape, device=like.device, dtype=torch.float32).normal_(1.0, math.sqrt(p / (1.0 - p)))
+
+
+Noise = Callable[[tuple[int, ...], float, "torch.Tensor"], "torch.Tensor"]
+NOISES: dict[str, Noise] = {"bernoulli": bernoulli_mask, "gaussian": gaussian_mask}  # by dropout.embedding_noise
+
+
+def locked_rows(like: torch.Tensor, granularity: str) -> int:
+    """The leading size of a fixed-over-time mask for ``like`` [T, B, ...] (``dropout.locked_mask``): B, one row
+    per sequence (``sample``), or 1, one row shared by the batch (``batch``)."""
+    return like.shape[1] if granularity == "sample" else 1
+
+
+def locked_mask(like: torch.Tensor, shape: tuple[int, ...], p: float, granularity: str,
+                noise: Noise = bernoulli_mask) -> torch.Tensor | None:
+    """A mask fixed over time for ``like`` [T, B, ...]: [B, *shape] per sample, or [1, *shape] shared by the
+    batch; None if p = 0."""
+    return noise((locked_rows(like, granularity), *shape), p, like) if p > 0 else None
+
+
+def words_of(table: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor | None:
+    """The word-type mask [T, B, 1] of ``tokens`` [T, B]: each token's entry in its sequence's row of ``table``
+    ([B, V], or [1, V] shared by the batch)."""
+    if table is None:
+        return None
+    return table.expand(tokens.shape[1], -1).gather(1, tokens.t()).t().unsqueeze(-1)
+
+
+@dataclass
+class LayerMasks:
+    """Masks for one recurrent layer during one minibatch; ``None`` means "not dropped".
+
+    G is the cell's number of gates (4 LSTM, 3 GRU, 1 RNN); B is 1 for fixed-over-time masks drawn with
+    ``dropout.locked_mask=batch`` (one mask shared by the batch).
+
+    ``x``: applied to the layer input. Shape [T, B, D] (fresh per step), [B, D] (fixed over time),
+      or [B, G, D] with ``per_gate`` (one mask per gate, fixed over time).
+    ``h``: applied to h_{t-1} before the recurrent product. [B, H] or [B, G, H] with ``per_gate``.
+    ``c``: Moon's cell mask, [B, H], values in {0, 1} ({0, 1/(1-p)} with ``cell_scale=c``).
+    ``c_scale``: applied to h_t: 1/(1-p_cell) so that E[h_t] is preserved (1 with ``cell_scale=c``).
+    ``w_hh``: AWD's weight-drop mask [G*H, H] on the recurrent weight, one for the whole minibatch.
+      It leaves the recurrence a plain LSTM (with other weights), so cuDNN still runs it.
+    """
+
+    x: torch.Tensor | None = None
+    h: torch.Tensor | None = None
+    c: torch.Tensor | None = None
+    c_scale: float = 1.0
+    w_hh: torch.Tensor | None = None
+    per_gate: bool = False
+
+    @property
+    def recurrent(self) -> bool:
+        """True when the layer cannot run on the stock kernel (cuDNN on CUDA) and must take a masked recurrence
+        (the reference loop, or the fused kernels with ``model.impl=fast``).
+
+        That is when an h or c mask acts inside the recurrence, or with per-gate masks even on x alone: the stock
+        kernel multiplies one [x_t; h_{t-1}] by all gates' weights, so it cannot give each gate its own masked
+        input. AWD's ``w_hh`` mask does not count: the dropped W_hh goes to the stock kernel as ordinary weights.
+        """
+        return self.h is not None or self.c is not None or self.per_gate

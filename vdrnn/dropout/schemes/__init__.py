@@ -1,0 +1,1 @@
+"""One module per dropout scheme family; each registers its scheme (``@register``) when `vdrnn.dropout` imports it."""

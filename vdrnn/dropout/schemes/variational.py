@@ -1,0 +1,47 @@
+"""Gal & Ghahramani (2016): variational (Bayesian) dropout, one weight mask per sequence.
+
+Tied gates (eq. 7): [i; f; g; o] = W [x_t * z_x ; h_{t-1} * z_h] + b; untied gates (eq. 5, ``cell.gates=untied``):
+i = sigma(W_i (x_t * z_x^i) + U_i (h_{t-1} * z_h^i) + b_i), and likewise for f, g, o, with the same weights as
+tied; only the noise differs.
+
+- tensors: word types (``dropout.embedding``), each layer's input x_t (``dropout.input``; ``dropout.hidden`` for
+  layers 2..L where set; layer 1's input is the embedding output), h_{t-1} (``dropout.recurrent``) and the last
+  layer's output (``dropout.output``);
+- shapes: z_x [B, D] and z_h [B, H] shared by the cell's G gates (tied), or [B, G, D] and [B, G, H], a mask per
+  gate (untied); z_o [B, H]; word types [B, V], one draw per word type per sequence;
+- draws: **once per sample per minibatch, reused at every time step**; with ``dropout.locked_mask=batch`` once per
+  minibatch and shared by its sequences ([1, D], [1, G, D], ...), and with ``dropout.embedding_mask=batch`` one
+  word-type draw for the minibatch;
+- scaling: inverted, so evaluation with the masks at one is weight scaling (``eval=scale``);
+- MC (``eval=mc``): each sample keeps its masks for the whole test stream (``eval.mc_masks=stream``, Gal's
+  ``run_MC_test``), word-type dropout off (``eval.word_dropout=false``, as Gal's code).
+"""
+
+from vdrnn.dropout.masks import LayerMasks, locked_mask
+from vdrnn.dropout.registry import register
+from vdrnn.dropout.scheme import DropoutScheme
+
+
+@register
+class VariationalDropout(DropoutScheme):
+    name = "variational"
+    sites = ("embedding", "input", "hidden", "recurrent", "output")
+    per_gate_masks = True
+    reads_locked_mask = True
+    table_order = 30
+
+    def layer_masks(self, x, hidden_size, gates, layer=0):
+        cfg = self.config
+        p_in = cfg.input_p(layer)
+        per_gate = (gates,) if cfg.per_gate else ()  # untied: one mask per gate, [B, G, D] instead of [B, D]
+        return LayerMasks(
+            x=locked_mask(x, (*per_gate, x.shape[2]), p_in, cfg.locked_mask, self.noise),
+            h=locked_mask(x, (*per_gate, hidden_size), cfg.recurrent, cfg.locked_mask, self.noise),
+            # With both p = 0 the untied cell is exactly the tied one and may take the stock kernel.
+            per_gate=cfg.per_gate and (p_in > 0 or cfg.recurrent > 0),
+        )
+
+    def output_mask(self, y):
+        cfg = self.config
+        mask = locked_mask(y, (y.shape[2],), cfg.output, cfg.locked_mask, self.noise)
+        return None if mask is None else mask.unsqueeze(0)

@@ -1,0 +1,65 @@
+"""What `vdrnn eval` takes from its command line, and what from the checkpoint it evaluates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vdrnn.config import drop_them, key_among
+from vdrnn.errors import ConfigError
+from vdrnn.tasks import TASKS, Task, task_of
+
+# `vdrnn eval` runs a checkpoint under the config it was trained with, except for what its own command line
+# gives: always the device, seed and where the data is; and, when given, the evaluation settings and the
+# settings that change speed or memory but not the model (batch sizes, precision, implementation).
+EVAL_ALWAYS = ("device", "seed", "checkpoint", "data.root")
+EVAL_WHEN_GIVEN = ("eval", "data.eval_batch_size", "trainer.amp", "model.impl")
+MC_ONLY = ("eval.samples", "eval.batch", "eval.word_dropout", "eval.mc_masks")
+
+
+def eval_changes(task: Task) -> tuple[str, ...]:
+    """The keys `vdrnn eval` takes when given, for a checkpoint of ``task``: the shared ones and the task's own."""
+    return EVAL_WHEN_GIVEN + task.eval_keys
+
+
+def task_eval_keys() -> tuple[str, ...]:
+    """Every task's own keys that `vdrnn eval` takes (for its --help)."""
+    return tuple(key for task in TASKS.values() for key in task.eval_keys)
+
+
+def eval_config(raw: dict[str, Any], trained: dict[str, Any], given: set[str]) -> dict[str, Any]:
+    """The config `vdrnn eval` runs: ``trained`` (the checkpoint's) with what ``raw`` (the command line's composed
+    config) may change: device, seed, data location, and where given the evaluation settings, batch sizes,
+    precision and implementation. ``given``: the keys the command line set. Any other key given would be silently
+    ignored, so it is refused, as are MC dropout's keys for a weight-scaling evaluation."""
+    task = task_of(trained)
+    changes = eval_changes(task)
+    ignored = sorted(k for k in given if not key_among(k, (*EVAL_ALWAYS, *changes, "hydra")))
+    if ignored:
+        others = [(k, other) for k in ignored for other in TASKS.values() if other is not task
+                  and key_among(k, other.eval_keys)]
+        raise ConfigError(
+            f"vdrnn eval runs the checkpoint under the settings it was trained with (model, data, dropout, training), "
+            f"so {', '.join(ignored)} would be ignored: {drop_them(ignored)}"
+            + "".join(f" ({k}: {other.title} only, and this checkpoint was trained on {trained['data']['name']})"
+                      for k, other in others)
+            + f". It takes {', '.join(EVAL_ALWAYS)}, and where given {', '.join(changes)}")
+    merged = {key: dict(value) if isinstance(value, dict) else value for key, value in trained.items()}
+    # The run's own evaluation settings (its preset's MC samples, word-type dropout, ...) unless the command line
+    # gives them: `vdrnn eval checkpoint=...` alone reproduces the run's test numbers. A group choice (eval=mc) sets
+    # the mode; eval.KEY sets that key. The command line's defaults fill what an older checkpoint lacks.
+    merged["eval"] = {**raw["eval"], **trained.get("eval", {})}
+    if "eval" in given:
+        merged["eval"]["mode"] = raw["eval"]["mode"]
+    for key in [*EVAL_ALWAYS, *(k for k in given if key_among(k, changes) and k != "eval")]:
+        group, _, leaf = key.partition(".")
+        if not leaf:
+            merged[group] = raw.get(group)
+        elif leaf in raw.get(group, {}):
+            merged.setdefault(group, {})[leaf] = raw[group][leaf]
+    mc_only = sorted(k for k in given if key_among(k, MC_ONLY))
+    if mc_only and merged["eval"]["mode"] != "mc":
+        whose = "given" if "eval" in given else "the checkpoint's"
+        raise ConfigError(f"{', '.join(mc_only)} {'are' if len(mc_only) > 1 else 'is'} for MC dropout, and this "
+                          f"evaluation is weight scaling (eval=scale, {whose}): add eval=mc, or "
+                          f"{drop_them(mc_only)}")
+    return merged

@@ -1,0 +1,39 @@
+"""Tasks: what vdrnn trains and evaluates, one folder each.
+
+A task (``vdrnn/tasks/<name>/``) is the whole of one kind of experiment: its config, how it reads its datasets
+(``datasets/``, one module each), builds its model, trains, evaluates and reports, behind one
+:class:`~vdrnn.tasks.base.Task` object. A run's task is its ``data.task``, which its dataset's YAML sets.
+
+- :mod:`vdrnn.tasks.lm`: word-level language modelling (PTB), Table 1 and AWD-LSTM;
+- :mod:`vdrnn.tasks.sentiment`: review sentiment, IMDB classification and the Pang & Lee scale regression.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vdrnn.errors import ConfigError
+from vdrnn.tasks.base import Task
+from vdrnn.tasks.lm import TASK as LANGUAGE_MODELLING
+from vdrnn.tasks.sentiment import TASK as SENTIMENT
+
+TASKS: dict[str, Task] = {task.name: task for task in (LANGUAGE_MODELLING, SENTIMENT)}
+
+
+def task_named(name: Any) -> Task:
+    if name not in TASKS:
+        raise ConfigError(f"data.task={name!r}; choose one of {', '.join(TASKS)} (each dataset/ option sets it)")
+    return TASKS[name]
+
+
+def task_of(config: dict[str, Any]) -> Task:
+    """The task of a composed or stored run config: its ``data.task``, or for a run from before vdrnn recorded it,
+    the task with a dataset module of its ``data.name`` (PTB where even that is missing)."""
+    data = config.get("data") or {}
+    if "task" in data:
+        return task_named(data["task"])
+    name = data.get("name", "ptb")
+    found = [task for task in TASKS.values() if task.has_dataset(name)]
+    if not found:
+        raise ConfigError(f"data.name={name!r} is no task's dataset and the config names no data.task")
+    return found[0]

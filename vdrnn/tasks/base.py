@@ -1,0 +1,103 @@
+"""What a task is to the rest of vdrnn: the :class:`Task` base class.
+
+The CLI, resume checks, `vdrnn eval` and `vdrnn report` reach a task's code only through its Task object (``TASKS`` in
+:mod:`vdrnn.tasks`), never by checking the dataset's name. The object is light: its methods import the task's heavy
+modules (torch, its model, its trainer) when called, so that checking a config does not wait for them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vdrnn.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+    from vdrnn.training.trainer import EpochTrainer
+
+
+class Task:
+    """One kind of experiment: its config, how it reads its datasets, builds its model, trains, evaluates and
+    reports. A subclass per task folder (``vdrnn/tasks/<name>/``) sets the attributes and implements the methods."""
+
+    name: str  # data.task, set by each dataset's YAML
+    title: str  # how messages name it ("language modelling")
+    takes_init_from = False  # can start a new run from a trained checkpoint's weights (init_from=)
+    eval_keys: tuple[str, ...] = ()  # keys of its own that `vdrnn eval` takes when given (besides the shared ones)
+    smoke_keys: tuple[str, ...] = ()  # data keys that cap the data: a run with one set is a smoke run
+    report_ignores: tuple[str, ...] = ()  # settings that never change its runs' numbers (the report's rows)
+
+    # ------------------------------------------------------------------ light: config and records
+    def parse(self, raw: dict[str, Any]):
+        """The typed, checked run config of a composed config (plain containers), or a ConfigError naming the fix."""
+        raise NotImplementedError
+
+    def is_smoke(self, raw: dict[str, Any]) -> bool:
+        """Is a run with config ``raw`` a smoke run, whose numbers are not results: a step cap (``trainer.max_steps``)
+        or capped data (the task's ``smoke_keys``)?"""
+        keys = ("trainer.max_steps", *self.smoke_keys)
+        return any((raw.get(key.split(".")[0]) or {}).get(key.split(".")[1]) is not None for key in keys)
+
+    def dataset_module(self, data) -> str:
+        """The module that reads dataset ``data.name``: ``data.reader`` where set (a dataset kept outside vdrnn), else
+        the task's own ``vdrnn/tasks/<task>/datasets/<name>.py``."""
+        return data.reader or f"vdrnn.tasks.{self.name}.datasets.{data.name}"
+
+    def has_dataset(self, name: str) -> bool:
+        """Is there a module ``datasets/<name>.py`` in this task's folder?"""
+        return importlib.util.find_spec(f"vdrnn.tasks.{self.name}.datasets.{name}") is not None
+
+    def check_dataset(self, data) -> None:
+        """Refuse a dataset whose reading module does not exist, before anything is loaded."""
+        module = self.dataset_module(data)
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package that does not exist, or an empty name
+            found = False
+        if not found:
+            where = f"data.reader={module}" if data.reader else f"vdrnn/tasks/{self.name}/datasets/{data.name}.py"
+            raise ConfigError(f"dataset {data.name!r} has no reader: {where} does not exist. Choose a dataset/ option "
+                              f"of {self.title} (`vdrnn train --help` lists them), or add that module "
+                              f"(docs/extending.md)")
+
+    # ------------------------------------------------------------------ heavy: imported when called
+    def trainer(self) -> type[EpochTrainer]:
+        raise NotImplementedError
+
+    def load_data(self, cfg):
+        """The run's data: its vocabulary (``.vocab``) and splits, as the task's trainer and evaluation read them."""
+        raise NotImplementedError
+
+    def build_model(self, cfg, data, device: torch.device) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def evaluate_model(self, model: torch.nn.Module, data, cfg) -> dict[str, Any]:
+        """The test metrics of ``model`` (valid_*, test_*, and with ``eval=mc`` test_*_mc)."""
+        raise NotImplementedError
+
+    def report(self):
+        """The module that tabulates the task's runs: ``tables(runs, pooled, out)`` and ``evaluation_tables(...)``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the commands
+    def train(self, raw: dict[str, Any], run_dir: Path, accepted: Callable[[], None] = lambda: None) -> dict[str, Any]:
+        """`vdrnn train`: setup, then ``accepted()`` (the start is not refused: its settings valid, and a resume's
+        those its checkpoint allows), then train and test; metrics.json's contents."""
+        trainer = self.trainer()(self, self.parse(raw), run_dir, raw)
+        trainer.setup()
+        accepted()
+        try:
+            return trainer.train()
+        finally:
+            trainer.cleanup()
+
+    def evaluate(self, raw: dict[str, Any], path: Path, payload: dict[str, Any]) -> dict[str, Any]:
+        """`vdrnn eval` of checkpoint ``path`` (read already: ``payload``); ``raw``: its config with the command
+        line's evaluation settings."""
+        from vdrnn.training.evaluation import evaluate_checkpoint
+
+        return evaluate_checkpoint(self, self.parse(raw), path, payload)

@@ -1,0 +1,58 @@
+"""Word-level language modelling: Gal & Ghahramani's Table 1 on Penn Treebank, and AWD-LSTM.
+
+    config.py    the run config (data.* of a corpus, BPTT, batch sizes)
+    datasets/    one module per corpus: finds and reads its files (ptb.py)
+    data.py      a corpus as token streams, cut into parallel columns and BPTT minibatches
+    model.py     embedding -> stacked LSTM layers -> decoder, with the dropout scheme's sites
+    train.py     truncated BPTT with SGD (Zaremba, Gal), AWD's variable lengths, AR/TAR and NT-ASGD
+    evaluate.py  perplexity with weight scaling and with MC dropout
+    report.py    Table 1 beside the paper's numbers, and the validation curves
+"""
+
+from __future__ import annotations
+
+from vdrnn.tasks.base import Task
+
+
+class LanguageModelling(Task):
+    name = "lm"
+    title = "language models"
+    takes_init_from = True  # AWD's fine-tuning starts from the trained weights
+    eval_keys = ("data.test_batch_size", "data.eval_max_tokens")
+    smoke_keys = ("data.eval_max_tokens",)
+
+    def parse(self, raw):
+        from vdrnn.tasks.lm.config import from_dict
+
+        cfg = from_dict(raw)
+        self.check_dataset(cfg.data)
+        return cfg
+
+    def trainer(self):
+        from vdrnn.tasks.lm.train import LanguageModelTrainer
+
+        return LanguageModelTrainer
+
+    def load_data(self, cfg):
+        from vdrnn.tasks.lm.data import load_streams
+
+        return load_streams(cfg, self.dataset_module(cfg.data))
+
+    def build_model(self, cfg, data, device):
+        from vdrnn.dropout import make_dropout
+        from vdrnn.tasks.lm.model import LanguageModel
+
+        return LanguageModel(len(data.vocab), cfg.model, make_dropout(cfg.dropout)).to(device)
+
+    def evaluate_model(self, model, data, cfg):
+        from vdrnn.tasks.lm.evaluate import evaluate_all
+
+        return evaluate_all(model, data, cfg)
+
+    def report(self):
+        from vdrnn.tasks.lm import report
+
+        return report
+
+
+TASK = LanguageModelling()

@@ -1,0 +1,48 @@
+"""Corpora for language modelling, one module each: ``read(data) -> Corpus``.
+
+A corpus module finds its files (``data.root``, ``$VDRNN_DATA_DIR/<name>``, or a download), reads them and checks
+them; :func:`word_corpus` turns the word-level text of the usual layout (one sentence per line, tokens split by
+whitespace, as Mikolov's PTB and WikiText) into a :class:`Corpus`. A new corpus is a module here and its YAML in
+conf/dataset/ (docs/extending.md); ``data.reader`` names a module kept elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EOS = "<eos>"
+UNK = "<unk>"
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass
+class Corpus:
+    """A corpus as token ids: the vocabulary (index -> word) and each split as one long stream."""
+
+    vocab: list[str]
+    train: list[int]
+    valid: list[int]
+    test: list[int]
+
+
+def tokenize(lines: list[str]) -> list[str]:
+    """Whitespace tokens, plus one <eos> per line (empty lines are not part of Mikolov's files)."""
+    return [word for line in lines if line.strip() for word in line.split() + [EOS]]
+
+
+def unseen_words(tokens: dict[str, list[str]]) -> set[str]:
+    """The validation and test words that the training split never has."""
+    known = set(tokens["train"])
+    return {word for split in ("valid", "test") for word in tokens[split] if word not in known}
+
+
+def word_corpus(tokens: dict[str, list[str]]) -> Corpus:
+    """The corpus of ``tokens`` (split -> words): the vocabulary in order of first appearance in the training split
+    (as Zaremba's loader), validation and test words it lacks read as <unk> (added to it where it has none)."""
+    vocab = list(dict.fromkeys(tokens["train"]))
+    index = {word: i for i, word in enumerate(vocab)}
+    if unseen_words(tokens) and UNK not in index:
+        index[UNK] = len(vocab)
+        vocab.append(UNK)
+    unk = index.get(UNK)
+    return Corpus(vocab, *([index.get(word, unk) for word in tokens[split]] for split in SPLITS))

@@ -1,0 +1,112 @@
+"""Perplexity with weight scaling (deterministic) and with MC dropout (stochastic, averaged).
+
+Weight scaling runs the network with every mask equal to one; inverted dropout in training makes
+that the standard dropout approximation with no rescaling.
+
+MC dropout (Gal & Ghahramani sec. 5.1, "MC"): K stochastic forward passes with the training masks,
+recurrent ones included, and the predictive probability of each token averaged over them:
+
+    ppl_MC = exp( -1/N sum_t log( 1/K sum_k p(w_t | w_<t, masks_k) ) )
+
+Probabilities are averaged, not log-probabilities: averaging logs estimates something else (the
+geometric mean), which is never better by Jensen's inequality. The K passes are run side by side:
+the test stream is replicated as K columns of one batch, each column with its own masks and its
+own hidden state, so 1,000 samples cost one pass over the stream at batch 1,000 (a scheme whose masks
+are shared by the batch, such as AWD's weight drop, runs its samples one by one instead). As in Gal's code,
+each sample keeps its masks for the whole stream by default (``eval.mc_masks=stream``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from vdrnn.tasks.lm.data import TokenStreams, batchify, minibatches
+from vdrnn.tasks.lm.model import LanguageModel
+from vdrnn.training.device import autocast
+from vdrnn.training.evaluation import samples_side_by_side
+
+log = logging.getLogger("vdrnn")
+
+
+def exp_or_inf(loss: float) -> float:
+    """Perplexity from a mean NLL, saturating at inf instead of raising OverflowError. A NaN loss stays NaN (it
+    compares false, so it reaches math.exp): a diverged model is then reported as such, not as merely poor."""
+    return math.inf if loss >= 700 else math.exp(loss)
+
+
+@torch.no_grad()
+def perplexity(model: LanguageModel, stream: torch.Tensor, batch_size: int, bptt: int,
+               amp: str = "off") -> float:
+    """Weight-scaling perplexity of ``stream`` read as ``batch_size`` parallel streams. Each stream's last token is
+    only a target and the tail that does not fill a stream is dropped (as Zaremba's code), so batch_size > 1 scores
+    a few tokens fewer than the N - 1 of one stream (73,740 of PTB validation's 73,759 at 20)."""
+    device = next(model.parameters()).device
+    data = batchify(stream, batch_size).to(device)
+    state = model.initial_state(batch_size, device)
+    total = torch.zeros((), device=device, dtype=torch.float64)
+    count = 0
+    for inputs, targets in minibatches(data, bptt):
+        with autocast(device, amp):
+            logits, state = model(inputs, state, stochastic=False)
+        total += F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="sum").double()
+        count += targets.numel()
+    return exp_or_inf(total.item() / count)
+
+
+@torch.no_grad()
+def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batch: int, bptt: int,
+                  word_dropout: bool = False, amp: str = "off", masks: str = "stream") -> float:
+    """MC-dropout perplexity of one stream, ``samples`` passes run ``batch`` at a time.
+
+    ``masks="stream"`` keeps each sample's masks for the whole stream, as Gal's ``run_MC_test`` (one
+    ``sample_noise`` per pass over the test set); ``"minibatch"`` redraws them every ``bptt`` tokens, as
+    in training. Fresh-per-step masks (Zaremba) are fresh either way.
+    """
+    device = next(model.parameters()).device
+    stream = stream.to(device)
+    batch = samples_side_by_side(model, batch, word_dropout)
+    # prob_sum[t] = sum over samples of p(stream[t + 1] | stream[: t + 1]).
+    prob_sum = torch.zeros(stream.numel() - 1, device=device, dtype=torch.float64)
+    done = 0
+    while done < samples:
+        replicas = min(batch, samples - done)
+        data = stream.unsqueeze(1).expand(-1, replicas)  # every column is the whole stream
+        state = model.initial_state(replicas, device)
+        frozen = model.frozen_masks() if masks == "stream" else nullcontext()
+        with frozen:
+            for start, (inputs, _) in zip(range(0, stream.numel() - 1, bptt), minibatches(data, bptt), strict=True):
+                targets = stream[start + 1 : start + 1 + inputs.shape[0]]
+                with autocast(device, amp):
+                    logits, state = model(inputs, state, stochastic=True, word_dropout=word_dropout)
+                # log p(target) of every replica; cross_entropy's fused log-softmax reads the [T, K, V]
+                # logits once (logsumexp + gather made several full-size intermediates: 3x slower).
+                log_p = -F.cross_entropy(logits.float().flatten(0, 1), targets.repeat_interleave(replicas),
+                                         reduction="none").view(-1, replicas)  # [T, replicas]
+                prob_sum[start : start + inputs.shape[0]] += log_p.double().exp().sum(dim=1)
+        done += replicas
+    return exp_or_inf(-(prob_sum / samples).log().mean().item())
+
+
+def evaluate_all(model: LanguageModel, corpus: TokenStreams, cfg) -> dict[str, Any]:
+    """Valid and test perplexity with weight scaling, plus MC test perplexity with ``eval=mc``."""
+    d, e, amp = cfg.data, cfg.eval, cfg.trainer.amp
+    started = time.perf_counter()
+    metrics: dict[str, Any] = {
+        "valid_ppl": perplexity(model, corpus.valid, d.eval_batch_size, d.bptt, amp),
+        "test_ppl": perplexity(model, corpus.test, d.test_batch_size, d.bptt, amp),
+    }
+    if e.mode == "mc":
+        mc_started = time.perf_counter()
+        metrics["test_ppl_mc"] = mc_perplexity(model, corpus.test, e.samples, e.batch, d.bptt, e.word_dropout, amp,
+                                               e.mc_masks)
+        metrics["mc_samples"] = e.samples
+        metrics["mc_seconds"] = time.perf_counter() - mc_started
+    metrics["eval_seconds"] = time.perf_counter() - started
+    return metrics

@@ -1,0 +1,155 @@
+"""Language-model runs: Table 1 beside the paper's numbers, and the validation perplexity per epoch, a table and a plot
+per corpus; and the table of `vdrnn eval`s of language models."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vdrnn.report.evaluations import Metric, evaluation_columns, evaluation_table
+from vdrnn.report.found import by_dataset
+from vdrnn.report.plots import draw_curves, save_curves
+from vdrnn.report.rows import (
+    QUIET_OVERRIDES,
+    RUN_COLUMNS,
+    Row,
+    dropout_cell,
+    dropout_label,
+    group_runs,
+    mean_std,
+    rank,
+    scheme_name,
+)
+from vdrnn.report.tables import write_table
+
+# Table 1's order, top to bottom; ad-hoc rows follow in name order.
+ROW_ORDER = ["Non-regularized (early stopping)", "Moon et al. 2015", "Moon et al. + emb dropout",
+             "Zaremba et al. 2014", "Variational (tied weights)", "Variational (untied weights)"]
+SIZE_NAMES = {200: "small", 650: "medium", 1500: "large"}
+SIZE_ORDER = list(SIZE_NAMES.values())  # the table's and the plot's order; other sizes follow
+# The units of each preset's paper size: Table 1's sizes, and AWD's 1150 (conf/model/awd.yaml).
+PAPER_UNITS = {name: units for units, name in SIZE_NAMES.items()} | {"awd": 1150}
+
+
+@dataclass
+class PtbRow(Row):
+    name: str
+    size: str
+    dropout: str
+    quiet = QUIET_OVERRIDES
+
+    @property
+    def paper(self) -> dict[str, Any] | None:
+        """Table 1's numbers for the row (metrics.json's ``paper``): its runs share them, as its name comes from them."""
+        return self.runs[0].get("paper")
+
+
+def ptb_identity(metrics: dict[str, Any]) -> tuple[str, str, str]:
+    """(row name, size, dropout probabilities): how the table names a run. Runs named alike are seeds of one
+    row when their other settings agree too (``row_for``). A preset's run at other units than its paper size's
+    (``model.hidden_size=...``, a smoke run) says so, "medium (16 units)", beside the paper's medium numbers."""
+    config = metrics.get("config") or {}
+    paper = metrics.get("paper") or config.get("paper")  # eval.json keeps it in its config only
+    hidden = config.get("model", {}).get("hidden_size")
+    size = paper["size"] if paper else SIZE_NAMES.get(hidden, f"{hidden} units")
+    if paper and PAPER_UNITS.get(paper["size"], hidden) != hidden:
+        size = f"{size} ({hidden} units)"
+    return (paper["row"] if paper else scheme_name(config)), size, dropout_label(config.get("dropout", {}))
+
+
+def collect_ptb(found: list[tuple[Path, dict[str, Any]]], pooled: tuple[str, ...] = ()) -> list[PtbRow]:
+    """The rows of the language-model runs ``found`` (found.find_runs) of one corpus (name x size x dropout, seeds
+    together): small, medium, large, other sizes; each in Table 1's order."""
+    rows = group_runs(found, ptb_identity, PtbRow, lambda epoch: epoch["valid_ppl"], pooled)
+
+    def order(row: PtbRow):
+        return rank(SIZE_ORDER, row.size), rank(ROW_ORDER, row.name), row.name, row.dropout, row.setting
+
+    return sorted(rows, key=order)
+
+
+def paper_value(row: PtbRow, key: str) -> str:
+    value = (row.paper or {}).get(key)
+    return "–" if value is None else f"{value:.1f}"
+
+
+PTB_COLUMNS = ["row", "size", "dropout", "seeds", "valid", "test", "MC test", "paper valid", "paper test",
+               "paper MC test", "words/s", *RUN_COLUMNS]
+
+
+def ptb_table(rows: list[PtbRow]) -> list[list[str]]:
+    lines = []
+    for row in rows:
+        wps = row.values("wps")
+        lines.append([
+            row.label, row.size, dropout_cell(row.dropout, row.runs), str(len(row.runs)),
+            *(mean_std(row.values(key), runs=len(row.runs)) for key in ("valid_ppl", "test_ppl", "test_ppl_mc")),
+            paper_value(row, "valid"), paper_value(row, "test"), paper_value(row, "test_mc"),
+            f"{statistics.mean(wps):,.0f}" if wps else "–", *row.run_cells(),
+        ])
+    return lines
+
+
+def plot_ptb(rows: list[PtbRow], path: Path, corpus: str = "PTB") -> None:
+    """Validation perplexity per epoch, a panel per size, one line per row (mean over seeds, over the epochs all
+    seeds reached)."""
+    # Known sizes in their order, others by name: a set's own order changes from run to run.
+    sizes = sorted({r.size for r in rows if r.curves}, key=lambda size: (rank(SIZE_ORDER, size), size))
+    fig, axes = draw_curves({size: [r for r in rows if r.size == size and r.curves] for size in sizes},
+                            lambda row: row.name)
+    for ax, size in zip(axes, sizes, strict=False):  # no curves at all: one empty panel, untitled
+        finite = [v for line in ax.get_lines() for v in line.get_ydata() if math.isfinite(v)]
+        if finite:
+            ax.set_ylim(min(finite) * 0.95, min(max(finite), min(finite) * 2.0))
+        ax.set(title=f"{corpus} {size}: validation perplexity", xlabel="epoch", ylabel="perplexity")
+    save_curves(fig, axes, path)
+
+
+# Table 1's corpus: its files keep the names the report has always given them (results/ and the docs link them).
+PAPER_CORPUS = "ptb"
+
+
+def stems(dataset: str) -> tuple[str, str]:
+    """The file stems of a corpus's table and curve plot: ``table`` and ``valid_ppl`` for PTB, else prefixed."""
+    return ("table", "valid_ppl") if dataset == PAPER_CORPUS else (f"{dataset}_table", f"{dataset}_valid_ppl")
+
+
+def collect(found: list[tuple[Path, dict[str, Any]]], pooled: tuple[str, ...] = ()) -> dict[str, list[PtbRow]]:
+    """corpus -> its rows (collect_ptb)."""
+    return {dataset: collect_ptb(runs, pooled) for dataset, runs in by_dataset(found).items()}
+
+
+def write(collected: dict[str, list[PtbRow]], out: Path) -> tuple[list[str], list[Path]]:
+    """Each corpus's table (.md, .csv) and validation curves (.png) in ``out``: (the tables as text, files written)."""
+    texts, written = [], []
+    for dataset, rows in collected.items():
+        table, curves = stems(dataset)
+        text = write_table(ptb_table(rows), PTB_COLUMNS, out / table)
+        texts.append(text if dataset == PAPER_CORPUS else f"{dataset}: perplexity of the kept checkpoints\n\n{text}")
+        plot_ptb(rows, out / f"{curves}.png", "PTB" if dataset == PAPER_CORPUS else dataset)
+        written += [out / f"{table}.md", out / f"{table}.csv", out / f"{curves}.png"]
+    return texts, written
+
+
+EVALUATION_METRICS: list[Metric] = [("valid_ppl", "valid", 1, False), ("test_ppl", "test", 1, False),
+                                    ("test_ppl_mc", "MC test", 1, False)]
+
+
+def evaluated_model(evaluation: dict[str, Any]) -> tuple[str, str]:
+    """How the evaluation table names an eval.json's model (as Table 1 names its run) and its dropout."""
+    name, size, dropout = ptb_identity(evaluation)
+    return f"{name}, {size}", dropout
+
+
+def write_evaluations(evaluations: list[tuple[Path, dict[str, Any]]], out: Path) -> tuple[list[str], list[Path]]:
+    """A table per corpus of the `vdrnn eval`s of its checkpoints."""
+    texts, written = [], []
+    for dataset, found in by_dataset(evaluations).items():
+        text = write_table(evaluation_table(found, EVALUATION_METRICS, evaluated_model),
+                           evaluation_columns(EVALUATION_METRICS), out / f"{dataset}_evaluations")
+        texts.append(f"{dataset}: checkpoints scored by vdrnn eval\n\n{text}")
+        written += [out / f"{dataset}_evaluations.md", out / f"{dataset}_evaluations.csv"]
+    return texts, written

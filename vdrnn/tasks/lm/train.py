@@ -1,0 +1,172 @@
+"""Training a language model: truncated BPTT with SGD, as Zaremba et al. (2014) and Gal's code.
+
+One epoch reads the training stream as ``batch_size`` parallel columns (:func:`~vdrnn.tasks.lm.data.batchify`) in
+minibatches of ``bptt`` steps; the hidden state starts at zero each epoch and is carried (detached) from one minibatch
+to the next, while dropout masks are redrawn for every minibatch. The epoch loop, checkpoints and resume are
+:class:`~vdrnn.training.trainer.EpochTrainer`'s; the best checkpoint is tested with weight scaling, and with MC
+dropout under ``eval=mc``. AWD-LSTM's pieces live here too: variable BPTT lengths, AR/TAR and NT-ASGD's trigger.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from vdrnn.kernels.graph import GraphedTrainStep
+from vdrnn.tasks.lm.data import batchify, minibatches, variable_minibatches
+from vdrnn.tasks.lm.evaluate import evaluate_all, exp_or_inf, perplexity
+from vdrnn.tasks.lm.model import LanguageModel, detach_state
+from vdrnn.training import checkpoint
+from vdrnn.training.device import autocast
+from vdrnn.training.trainer import EpochTrainer
+
+log = logging.getLogger("vdrnn")
+
+
+class LanguageModelTrainer(EpochTrainer):
+    selector = "ppl"
+
+    def setup(self) -> None:
+        self.valid_history: list[float] = []  # every epoch's validation perplexity (NT-ASGD's trigger)
+        self.stopped = False  # trainer.stop_nonmono fired
+        self._graphed: GraphedTrainStep | None = None  # made on first use, after a resume has loaded
+        super().setup()
+        self.train_data = batchify(self.data.train, self.cfg.data.batch_size).to(self.device)
+
+    def build_model(self) -> LanguageModel:
+        model = super().build_model()
+        # Weights only: a new run (e.g. AWD's fine-tuning) starts from a trained model. A resume restores its own
+        # weights instead, so it must not need the checkpoint it started from (moved or deleted since).
+        if self.cfg.init_from and self.resume_from is None:
+            payload = checkpoint.load(self.cfg.init_from)
+            checkpoint.check_vocab(payload, self.data.vocab, self.cfg.init_from,
+                                   "init_from needs a model trained on the same data and data.* settings")
+            checkpoint.load_model_state(model, payload, self.cfg.init_from, "init_from loads the weights into "
+                                        "the model this run builds: give it the checkpoint's model.* and cell settings")
+            log.info("starting from the weights of %s (epoch %d)", self.cfg.init_from, payload["epoch"])
+        return model
+
+    @property
+    def train_examples(self) -> int:
+        return len(self.data.train)  # the tokens a learned-noise KL term is spread over
+
+    def steps_per_epoch(self) -> int:
+        return math.ceil((self.train_data.shape[0] - 1) / self.cfg.data.bptt)
+
+    def describe_model(self) -> str:
+        return f"{super().describe_model()}, sizes {self.cfg.model.layer_sizes()}"
+
+    # ----------------------------------------------------------------------------- training
+    def minibatches(self):
+        """An epoch's minibatches of the training columns: fixed-length BPTT, or AWD's random lengths."""
+        d = self.cfg.data
+        if d.variable_bptt:
+            return variable_minibatches(self.train_data, d.bptt)
+        return minibatches(self.train_data, d.bptt)
+
+    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor, state, lr: float):
+        """One eager step: (mean NLL of the minibatch, gradient norm, new state), without host sync."""
+        cfg = self.cfg
+        self.optimization.set_lr(lr)
+        with autocast(self.device, cfg.trainer.amp):
+            logits, state, (raw, dropped) = self.model(inputs, state, return_outputs=True)
+        nll = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        kl = self.kl_term()
+        loss = nll if kl is None else nll + kl  # per token
+        # Zaremba's and Gal's code sum the batch-mean NLL over the BPTT steps: their lr 1 and clip 5 are for that
+        # objective, 35 times the per-token mean (AWD's lr 30 is for the mean).
+        loss = loss * inputs.shape[0] if cfg.trainer.loss == "sum_over_time" else loss
+        if cfg.trainer.ar > 0:  # activation regularization on the dropped output (Merity et al.)
+            loss = loss + cfg.trainer.ar * dropped.float().pow(2).mean()
+        if cfg.trainer.tar > 0:  # temporal AR: slowness of the undropped output
+            loss = loss + cfg.trainer.tar * (raw[1:] - raw[:-1]).float().pow(2).mean()
+        grad_norm = self.optimization.step(loss)
+        return nll.detach(), grad_norm, detach_state(state)
+
+    def graphed_step(self) -> GraphedTrainStep | None:
+        """The whole step as one CUDA graph (:mod:`vdrnn.kernels.graph`), where that step is the whole story: on CUDA,
+        fixed BPTT length, no AR/TAR, plain SGD (Adam and ASGD, as built, refuse graph capture; NT-ASGD switches
+        optimizer mid-run), no fp16 loss scaling. A ``trainer.ema`` average is updated after each replay, outside the
+        graph (``Optimization.after_step``)."""
+        t, d = self.cfg.trainer, self.cfg.data
+        if t.cuda_graph == "off" or self.device.type != "cuda" or t.amp == "fp16" or d.variable_bptt \
+                or t.ar > 0 or t.tar > 0 or t.optimizer != "sgd":
+            return None
+        if self._graphed is None:
+            self._graphed = GraphedTrainStep(self.model, self.optimization.optimizer, t.clip, d.batch_size, d.bptt,
+                                             t.gal_decay, t.amp, sum_over_time=t.loss == "sum_over_time",
+                                             kl_scale=self.kl_scale)
+        return self._graphed
+
+    def train_epoch(self, lr: float, bar: tqdm) -> dict[str, float]:
+        d = self.cfg.data
+        self.model.train()
+        graphed = self.graphed_step()
+        state = self.model.initial_state(d.batch_size, self.device)
+
+        def step(batch):
+            nonlocal state
+            inputs, targets = batch
+            # AWD rescales the learning rate with the sequence length, so short minibatches count less.
+            step_lr = lr * inputs.shape[0] / d.bptt if d.variable_bptt else lr
+            if graphed is not None:
+                self.optimization.set_lr(step_lr)  # a new value re-records the graph (once per epoch)
+                loss, grad_norm, state = graphed(inputs, targets, state)
+            else:
+                loss, grad_norm, state = self.train_step(inputs, targets, state, step_lr)
+            return loss, grad_norm, targets.numel(), targets.numel()
+
+        stats = self.train_loop(self.minibatches(), step, lr, bar)
+        return {**stats, "train_ppl": exp_or_inf(stats["train_loss"])}
+
+    def loss_scalars(self, mean_loss: float) -> dict[str, float]:
+        return {"train/ppl": exp_or_inf(mean_loss)}
+
+    def validate(self) -> dict[str, float]:
+        d = self.cfg.data
+        return {"ppl": perplexity(self.model, self.data.valid, d.eval_batch_size, d.bptt, self.cfg.trainer.amp)}
+
+    def summary(self, record: dict[str, Any]) -> str:
+        return f"train ppl {record['train_ppl']:.2f}  valid ppl {record['valid_ppl']:.2f}"
+
+    # ----------------------------------------------------------------------------- NT-ASGD (AWD)
+    def after_validation(self, score: float | None) -> None:
+        """Merity et al.'s non-monotone trigger: validation worse than the best of all epochs but the last
+        ``nonmono``. With ntasgd it switches SGD to averaged SGD; with ``stop_nonmono`` (fine-tuning) it ends
+        training."""
+        t = self.cfg.trainer
+        history, self.valid_history = self.valid_history, [*self.valid_history, score]
+        if not (len(history) > t.nonmono and score > min(history[: -t.nonmono])):
+            return
+        if t.optimizer == "ntasgd" and not self.optimization.averaging:
+            log.info("switching to averaged SGD after epoch %d (NT-ASGD)", self.progress.epoch)
+            self.optimization.switch_to_averaging()
+        elif t.stop_nonmono:
+            log.info("stopping after epoch %d: validation stopped improving (trainer.stop_nonmono)", self.progress.epoch)
+            self.stopped = True
+
+    def stopped_early(self) -> bool:
+        return self.stopped
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"valid_history": self.valid_history, "stopped": self.stopped}
+
+    def load_extra_state(self, payload: dict[str, Any]) -> None:
+        self.valid_history = payload["valid_history"]
+        self.stopped = payload.get("stopped", False)  # checkpoints from before trainer.stop_nonmono
+
+    # ----------------------------------------------------------------------------- testing
+    def final_tags(self) -> dict[str, str]:
+        return {**super().final_tags(), "test/ppl": "test_ppl", "test/ppl_mc": "test_ppl_mc"}
+
+    def test_metrics(self) -> dict[str, Any]:
+        metrics = evaluate_all(self.model, self.data, self.cfg)
+        log.info("test ppl %.2f (valid %.2f)%s", metrics["test_ppl"], metrics["valid_ppl"],
+                 f", MC test ppl {metrics['test_ppl_mc']:.2f} ({self.cfg.eval.samples} samples)"
+                 if "test_ppl_mc" in metrics else "")
+        return metrics

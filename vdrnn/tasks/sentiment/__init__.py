@@ -1,0 +1,62 @@
+"""Review sentiment with any dropout scheme and cell: IMDB classification and the Pang & Lee scale regression.
+
+    config.py     the run config (data.* of a review dataset, the classifier's model)
+    datasets/     one module per dataset: finds, reads and checks its files (imdb.py, scale.py)
+    text.py       tokenizer, vocabulary, padding and chunking
+    data.py       a dataset as tensors: the splits, the vocabulary, the target scale
+    model.py      embedding -> recurrent layers -> dropout -> linear, read at each review's last step
+    train.py      minibatches of whole reviews, the best-validation (or last) epoch kept
+    predict.py    predictions with weight scaling and with MC dropout
+    metrics.py    accuracy, NLL, calibration (ECE and its floor), RMSE
+    report.py     a table per dataset, the test curves, and (report_calibration.py) calibration tables
+"""
+
+from __future__ import annotations
+
+from vdrnn.tasks.base import Task
+
+
+class Sentiment(Task):
+    name = "sentiment"
+    title = "sentiment models"
+    smoke_keys = ("data.limit",)
+    # A sentiment model scores every review on its own, so how many reviews an evaluation pass holds changes no
+    # weight-scaling number beyond float rounding (MC draws its masks in another order: another draw). A language
+    # model's evaluation batch does change its numbers: it cuts the text into other streams.
+    report_ignores = ("data.eval_batch_size",)
+
+    def parse(self, raw):
+        from vdrnn.tasks.sentiment.config import from_dict
+
+        cfg = from_dict(raw)
+        self.check_dataset(cfg.data)
+        return cfg
+
+    def trainer(self):
+        from vdrnn.tasks.sentiment.train import SentimentTrainer
+
+        return SentimentTrainer
+
+    def load_data(self, cfg):
+        from vdrnn.tasks.sentiment.data import load_data
+
+        return load_data(cfg, self.dataset_module(cfg.data))
+
+    def build_model(self, cfg, data, device):
+        from vdrnn.dropout import make_dropout
+        from vdrnn.tasks.sentiment.model import SentimentModel
+
+        return SentimentModel(len(data.vocab), data.num_outputs, cfg.model, make_dropout(cfg.dropout)).to(device)
+
+    def evaluate_model(self, model, data, cfg):
+        from vdrnn.tasks.sentiment.train import evaluate_all
+
+        return evaluate_all(model, data, cfg)
+
+    def report(self):
+        from vdrnn.tasks.sentiment import report
+
+        return report
+
+
+TASK = Sentiment()

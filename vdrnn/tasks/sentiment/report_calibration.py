@@ -1,0 +1,120 @@
+"""IMDB runs evaluated both ways: which of MC dropout and weight scaling is the better calibrated, per run and across
+seeds, and the reliability diagrams."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from vdrnn.tasks.sentiment.report import SentimentRow
+
+CALIBRATION_COLUMNS = ["run", "row", "accuracy (%)", "ECE", "ECE floor", "MC ECE", "MC ECE floor",
+                       "MC - WS ECE (95% interval)", "better calibrated"]
+
+
+def calibrated_runs(rows: list[SentimentRow]) -> list[tuple[SentimentRow, Path, dict[str, Any]]]:
+    """(row, folder, metrics) of each run that compared MC's calibration with weight scaling's."""
+    return [(row, folder, run) for row in rows for folder, run in zip(row.dirs, row.runs, strict=True)
+            if "test_ece_mc_minus_ws" in run]
+
+
+# Student's t, 97.5% quantile, for 1-30 degrees of freedom; more take the last one, at most 0.08 above their own
+# (the limit is the normal's 1.96), so their interval is a little wider than it need be, never narrower.
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def mean_interval(values: list[float]) -> tuple[float, float, float]:
+    """The mean of ``values`` (two or more) with its 95% Student-t interval: (mean, low, high)."""
+    mean = statistics.mean(values)
+    half = T_975[min(len(values) - 1, len(T_975)) - 1] * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def better_calibrated(low: float, high: float) -> str:
+    """Which evaluation a 95% interval of ECE(MC) - ECE(weight scaling) says is the better calibrated."""
+    return "MC" if high < 0 else "weight scaling" if low > 0 else "neither (interval holds 0)"
+
+
+def calibration_line(name: str, label: str, runs: list[dict[str, Any]], difference: float, low: float, high: float,
+                     verdict: str) -> list[str]:
+    """A calibration table line: ``runs``' mean accuracy, ECEs and floors, and the MC - weight scaling difference."""
+    def mean(key: str) -> float:
+        return statistics.mean(run[key] for run in runs)
+
+    return [name, label, f"{100 * mean('test_accuracy'):.2f}", f"{mean('test_ece'):.4f}", f"{mean('test_ece_floor'):.4f}",
+            f"{mean('test_ece_mc'):.4f}", f"{mean('test_ece_floor_mc'):.4f}",
+            f"{difference:+.4f} ({low:+.4f} to {high:+.4f})", verdict]
+
+
+def calibration_table(rows: list[SentimentRow]) -> list[list[str]]:
+    """A line per run: both ECEs beside the floor a calibrated predictor would score, and which is the better
+    calibrated beyond chance (the difference's 95% interval excludes zero; see vdrnn.tasks.sentiment.metrics.ece_difference).
+
+    After a row's runs, where it has two seeds or more, a line of their means, which says which is the better
+    calibrated across seeds: the mean difference with a 95% Student-t interval over the seeds (a run's own interval
+    covers only the test set's sampling; the seeds' spread is the training's), and how many runs had each verdict.
+    """
+    lines = []
+    for row in rows:
+        runs, verdicts = [], []
+        for _, folder, run in calibrated_runs([row]):
+            low, high = run["test_ece_mc_minus_ws_ci"]
+            runs.append(run)
+            verdicts.append(better_calibrated(low, high))
+            lines.append(calibration_line(folder.name, row.label, [run], run["test_ece_mc_minus_ws"], low, high,
+                                          verdicts[-1]))
+        if len(runs) >= 2:
+            counts = ", ".join(f"{name} {sum(v.startswith(name) for v in verdicts)}"
+                               for name in ("MC", "weight scaling", "neither"))
+            difference, low, high = mean_interval([run["test_ece_mc_minus_ws"] for run in runs])
+            lines.append(calibration_line(f"mean of {len(runs)} seeds", row.label, runs, difference, low, high,
+                                          f"{better_calibrated(low, high)} across seeds; per run: {counts}"))
+    return lines
+
+
+def plot_reliability(rows: list[SentimentRow], path: Path) -> None:
+    """Reliability diagrams, a panel per row (its seeds pooled): accuracy against confidence per confidence bin,
+    weight scaling and MC; a calibrated model lies on the diagonal, an underconfident one above it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [row for row in rows if any("test_reliability_mc" in run for run in row.runs)]
+    columns = min(4, len(panels))
+    lines = -(-len(panels) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(4.2 * columns, 4.4 * lines), squeeze=False)
+    for ax, row in zip(axes.flat, panels, strict=False):
+        reliability_panel(ax, row)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def reliability_panel(ax, row: SentimentRow) -> None:
+    """One row's reliability diagram: its seeds' bins pooled, weight scaling and MC."""
+    runs = [run for run in row.runs if "test_reliability_mc" in run]
+    low = 1.0
+    for suffix, label in (("", "weight scaling"), ("_mc", "MC dropout")):
+        sums = {k: [sum(v) for v in zip(*(run[f"test_reliability{suffix}"][k] for run in runs), strict=True)]
+                for k in ("count", "right", "confidence")}
+        filled = [i for i, n in enumerate(sums["count"]) if n > 0]
+        confidence = [sums["confidence"][i] / sums["count"][i] for i in filled]
+        accuracy = [sums["right"][i] / sums["count"][i] for i in filled]
+        low = min(low, *confidence, *accuracy)
+        # The seeds' ECEs averaged, as the tables give them; the pooled curve's own ECE would be another number.
+        ece = statistics.mean(run[f"test_ece{suffix}"] for run in runs)
+        ax.plot(confidence, accuracy, "o-", markersize=3, label=f"{label} (mean ECE {ece:.4f})")
+    ax.plot([0, 1], [0, 1], "k--", linewidth=0.8, label="calibrated")
+    lim = max(0.0, math.floor(low * 10) / 10)
+    ax.set(xlim=(lim, 1), ylim=(lim, 1), xlabel="confidence (bin mean)", ylabel="accuracy")
+    # Rows named by their overrides can outgrow a panel: wrap them rather than let titles overlap.
+    ax.set_title(textwrap.fill(f"{row.label} (n={len(runs)})", 50) + f"\n{row.dropout}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")

@@ -1,0 +1,206 @@
+"""How the weights move: the optimizer and its step (:class:`Optimization`), what follows each step, and a moving
+average of the weights.
+
+Shared by the eager training step and the graphed one (:class:`vdrnn.kernels.graph.GraphedTrainStep`), so that both
+update the same way.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from vdrnn.config import TrainerConfig
+    from vdrnn.dropout.learned import NoiseScales
+
+
+def weights_of(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The model's parameters less its learned noise scales, which weight decay must not touch: shrinking log alpha
+    towards 0 would push every alpha to 1, a prior of its own on top of Kingma's KL term."""
+    scales = getattr(model, "noise_scales", None)
+    skip = set() if scales is None else {id(p) for p in scales.parameters()}
+    return [p for p in model.parameters() if id(p) not in skip]
+
+
+def make_optimizer(model: torch.nn.Module, trainer: TrainerConfig, averaging: bool = False) -> torch.optim.Optimizer:
+    """SGD, Adam, averaged SGD (asgd), or (ntasgd) SGD until ``averaging`` is asked for; weight_decay_mode=l2
+    puts the decay in the optimizer."""
+    l2 = trainer.weight_decay if trainer.weight_decay_mode == "l2" else 0.0
+    params = model.parameters()
+    noise = getattr(model, "noise_scales", None)
+    if l2 > 0 and noise is not None:  # log alpha is no weight: no decay on it
+        params = [{"params": weights_of(model)}, {"params": list(noise.parameters()), "weight_decay": 0.0}]
+    if trainer.optimizer == "adam":
+        return torch.optim.Adam(params, lr=trainer.lr, weight_decay=l2)
+    if averaging or trainer.optimizer == "asgd":  # Merity et al.'s ASGD: averages from its start (t0=0), lambd=0
+        return torch.optim.ASGD(params, lr=trainer.lr, t0=0, lambd=0.0, weight_decay=l2)
+    return torch.optim.SGD(params, lr=trainer.lr, weight_decay=l2)
+
+
+@torch.no_grad()
+def finish_update(weights: list[torch.nn.Parameter], decay: float, noise_scales: NoiseScales | None) -> None:
+    """What follows every optimizer step, eager (Optimization.step) or graphed (GraphedTrainStep): Gal's
+    decay w <- w - decay * w, independent of the learning rate, on ``weights`` (``weights_of``: log alpha is no
+    weight), then learned dropout variances projected back onto alpha <= 1."""
+    if decay > 0:
+        torch._foreach_mul_(weights, 1.0 - decay)  # p.mul_(1 - decay) for all, one launch
+    if noise_scales is not None:
+        noise_scales.clamp_()
+
+
+def require_plain_sgd(optimizer: torch.optim.Optimizer) -> None:
+    """Refuse SGD with momentum or maximize: ``clipped_sgd_step`` folds the clip into plain SGD's update only."""
+    if any(group.get("momentum") or group.get("maximize") for group in optimizer.param_groups):
+        raise ValueError("the clip is folded into plain SGD's update: SGD with no momentum, no maximize")
+
+
+@torch.no_grad()
+def clipped_sgd_step(optimizer: torch.optim.SGD, params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """``clip_grad_norm_(params, max_norm)`` then ``optimizer.step()`` for SGD without momentum, in one pass: the
+    graphed step's update (:class:`vdrnn.kernels.graph.GraphedTrainStep`).
+
+    Why: clipping scales every gradient in place, a read and a write of all of them, before SGD reads them again.
+    Folding the factor into the update, p <- p (1 - lr wd) - lr min(1, max_norm / (|g| + 1e-6)) g, leaves that
+    pass out. The factor stays on the
+    device (no host sync), so a CUDA graph holds it. Returns the norm before clipping, as clip_grad_norm_ does; the
+    gradients are left unclipped.
+    """
+    require_plain_sgd(optimizer)
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm([p.grad for p in params if p.grad is not None])))
+    factor = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    for group in optimizer.param_groups:
+        lr, decay = group["lr"], group["weight_decay"]
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if decay:
+                p.mul_(1.0 - lr * decay)  # SGD's L2 term, lr * decay * p, taken from p before the step
+            p.addcmul_(p.grad, factor, value=-lr)
+    return norm
+
+
+class WeightAverage:
+    """An exponential moving average of the parameters, updated after every optimizer step (Polyak
+    averaging over a window of about 1 / (1 - decay) steps). With Adam and heavy dropout the weights jitter
+    from step to step; the average is a smoother point to validate, keep and test, as AWD's averaged SGD is
+    for SGD.
+
+    The running sums start at zero and are divided by 1 - decay**steps when read (Adam's bias correction),
+    so after n steps the average is sum_i decay**(n-i) w_i / sum_i decay**(n-i) over the n iterates seen,
+    with no pull towards the initial weights. Every optimizer step counts, also one that fp16 loss scaling
+    skipped (its unchanged weights enter again): telling them apart would cost a host sync per step.
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter], decay: float):
+        self.params, self.decay = params, decay
+        self.sums = [torch.zeros_like(p) for p in params]
+        self.steps = 0
+
+    @torch.no_grad()
+    def update(self) -> None:
+        # sums <- decay * sums + (1 - decay) * w
+        torch._foreach_lerp_(self.sums, self.params, 1.0 - self.decay)
+        self.steps += 1
+
+    def averages(self) -> list[torch.Tensor]:
+        if self.steps == 0:
+            return [p.detach() for p in self.params]
+        correction = 1.0 - self.decay ** self.steps
+        return [s / correction for s in self.sums]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sums": self.sums, "steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.steps = state["steps"]
+        with torch.no_grad():
+            for mine, saved in zip(self.sums, state["sums"], strict=True):
+                mine.copy_(saved)
+
+
+@contextmanager
+def swapped_weights(params: list[torch.nn.Parameter], values: list[torch.Tensor]):
+    """Temporarily copy ``values`` into ``params`` (in place, so the parameters keep their identity)."""
+    saved = [p.detach().clone() for p in params]
+    with torch.no_grad():
+        for p, v in zip(params, values, strict=True):
+            p.copy_(v)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for p, v in zip(params, saved, strict=True):
+                p.copy_(v)
+
+
+class Optimization:
+    """A run's optimizer and what comes with each of its steps: fp16 loss scaling, global-norm clipping, Gal's weight
+    decay, the learned noise's projection, and the weights' moving average (``trainer.ema``).
+
+    Also which weights a run validates, keeps and tests (:meth:`evaluation_weights`): the moving average where there
+    is one, averaged SGD's running means once it averages (``trainer.optimizer=asgd``, or ``ntasgd`` after its
+    switch, :meth:`switch_to_averaging`), else the weights as they are.
+    """
+
+    def __init__(self, model: torch.nn.Module, trainer: TrainerConfig, device: torch.device):
+        self.model, self.trainer = model, trainer
+        self.averaging = trainer.optimizer == "asgd"
+        self.optimizer = make_optimizer(model, trainer, averaging=self.averaging)
+        self.average = WeightAverage(list(model.parameters()), trainer.ema) if trainer.ema else None
+        self.scaler = torch.amp.GradScaler(device.type, enabled=trainer.amp == "fp16")
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def step(self, loss: torch.Tensor) -> torch.Tensor:
+        """Backward, global-norm clipping, the update and Gal's weight decay; returns the gradient norm."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.trainer.clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        finish_update(weights_of(self.model), self.trainer.gal_decay, self.model.noise_scales)
+        return grad_norm
+
+    def after_step(self) -> None:
+        """After every step, eager or graphed (which bypasses :meth:`step`): the moving average's update."""
+        if self.average is not None:
+            self.average.update()
+
+    def switch_to_averaging(self) -> None:
+        """NT-ASGD's switch: averaged SGD from here on, its running means the weights validated."""
+        self.optimizer = make_optimizer(self.model, self.trainer, averaging=True)
+        self.averaging = True
+
+    def evaluation_weights(self):
+        """Context in which the model holds the weights to validate and keep (see the class docstring)."""
+        if self.averaging:
+            params = [p for p in self.model.parameters() if "ax" in self.optimizer.state[p]]
+            return swapped_weights(params, [self.optimizer.state[p]["ax"] for p in params])
+        if self.average is not None:
+            return swapped_weights(self.average.params, self.average.averages())
+        return nullcontext()
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of it."""
+        return {"optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
+                "averaging": self.averaging,
+                **({"weight_average": self.average.state_dict()} if self.average is not None else {})}
+
+    def load(self, payload: dict[str, Any]) -> None:
+        """Continue from a checkpoint's :meth:`state`; raises KeyError, ValueError or RuntimeError where it holds
+        another optimizer's."""
+        if payload.get("averaging", False) and not self.averaging:  # NT-ASGD switched before the checkpoint
+            self.switch_to_averaging()
+        self.optimizer.load_state_dict(payload["optimizer"])
+        if self.average is not None:
+            self.average.load_state_dict(payload["weight_average"])
+        # A run saved without fp16 loss scaling has an empty scaler state, which an enabled GradScaler refuses to
+        # load; switching to trainer.amp=fp16 on resume then starts loss scaling afresh, as a new run would.
+        if payload["scaler"]:
+            self.scaler.load_state_dict(payload["scaler"])

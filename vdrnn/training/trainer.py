@@ -1,0 +1,327 @@
+"""The epoch loop every task trains with, in torchtune's recipe shape: ``setup()``, ``train()``, ``cleanup()``.
+
+    setup:   device and seed -> the checkpoint to resume from, refused now if its settings differ -> data -> model
+             -> optimizer -> the checkpoint's state restored
+    train:   for each epoch: train -> validate -> best.pt if the score improved -> metrics.jsonl -> last.pt
+             at the end:     load best.pt -> test -> metrics.json
+    cleanup: close the TensorBoard writer
+
+A task's trainer (``vdrnn/tasks/<task>/train.py``) subclasses :class:`EpochTrainer` and supplies one training epoch,
+the validation score and the final test. Resuming from ``last.pt`` restores model, optimizer, RNG states and progress
+exactly, so an interrupted run and an uninterrupted one give the same numbers. Checkpoints are written only after an
+epoch has finished and validated to a finite score, so a diverging run stops with its last good checkpoint in place.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from tqdm import tqdm
+
+from vdrnn.config import option_defaults
+from vdrnn.errors import TrainingDiverged
+from vdrnn.training import checkpoint
+from vdrnn.training.device import device_name, prepare_device, rng_state
+from vdrnn.training.loop import run_steps
+from vdrnn.training.optim import Optimization
+from vdrnn.training.resume import RunFolder, restore_state
+from vdrnn.training.tracking import RunLogger
+
+if TYPE_CHECKING:
+    from vdrnn.tasks.base import Task
+
+log = logging.getLogger("vdrnn")
+
+
+@dataclass
+class Progress:
+    """How far a run has come; a checkpoint keeps each field under its name."""
+
+    epoch: int = 0  # epochs completed
+    step: int = 0  # optimizer steps taken
+    best_valid: float = math.inf  # the score best.pt validated to (nan: nothing validated, trainer.select=last)
+    train_seconds: float = 0.0
+    run_seconds: float = 0.0  # training + validation, summed over resumes (trainer.max_minutes)
+
+    def step_cap_reached(self, trainer) -> bool:
+        return trainer.max_steps is not None and self.step >= trainer.max_steps
+
+    def time_limit_reached(self, trainer) -> bool:
+        return trainer.max_minutes is not None and self.run_seconds >= 60 * trainer.max_minutes
+
+    def done(self, trainer, stopped_early: bool) -> bool:
+        """Is training over: every epoch run, the step cap or the time limit reached, or the task's rule fired?"""
+        return (self.epoch >= trainer.epochs or self.step_cap_reached(trainer) or stopped_early
+                or self.time_limit_reached(trainer))
+
+    def summary(self, selector: str, trainer, stopped_early: bool) -> dict[str, Any]:
+        """What metrics.json says of the run's course."""
+        return {
+            # The score best.pt validated to; None where the run validated nothing (data.valid_fraction=0).
+            f"best_valid_{selector}": None if math.isnan(self.best_valid) else self.best_valid,
+            "epochs": self.epoch,
+            "steps": self.step,
+            "train_seconds": self.train_seconds,
+            # Stopped by trainer.max_minutes, not by the epochs, the step cap or early stopping running out first.
+            "time_limited": (self.time_limit_reached(trainer) and self.epoch < trainer.epochs
+                             and not self.step_cap_reached(trainer) and not stopped_early),
+        }
+
+
+class EpochTrainer:  # ~240 lines: the recipe, one epoch and the final test, with the hooks they call, side by side
+    """Base class of the task trainers: ``selector`` names the validation score that picks best.pt (lower is
+    better); subclasses implement the hooks below and may override the optional ones."""
+
+    selector = "loss"
+
+    def __init__(self, task: Task, cfg, run_dir: Path, raw_config: dict[str, Any]):
+        self.task, self.cfg, self.raw_config = task, cfg, raw_config
+        self.folder = RunFolder(run_dir)
+        self.progress = Progress()
+        self.logger: RunLogger | None = None
+
+    # ----------------------------------------------------------------------------- the recipe
+    def setup(self) -> None:
+        """Everything before the first step. A checkpoint to resume from is read, and refused where its settings
+        differ, before the data loads (IMDB's takes seconds), so that a resume under other settings fails at once."""
+        cfg = self.cfg
+        self.device = prepare_device(cfg.device, cfg.trainer.amp)
+        torch.manual_seed(cfg.seed)
+        self.resume_from = self.folder.resume_point(cfg.resume)
+        read = self.read_resume(self.resume_from) if self.resume_from is not None else None
+        self.data = self.task.load_data(cfg)
+        self.model = self.build_model()
+        self.optimization = Optimization(self.model, cfg.trainer, self.device)
+        if read is not None:
+            self.restore(self.resume_from, read)
+
+    def train(self) -> dict[str, Any]:
+        """The epochs, then the test of the kept checkpoint: metrics.json's contents."""
+        cfg = self.cfg
+        if self.resume_from is not None:
+            self.progress.best_valid = self.folder.continue_from(self.resume_from, self.progress.epoch,
+                                                                 self.progress.best_valid, self.selector)
+        # What an earlier attempt in this folder logged after the state we start from (everything, on a fresh start)
+        # goes, from metrics.jsonl and from TensorBoard's curves, so that no epoch or step appears twice.
+        self.folder.truncate_history(self.progress.epoch)
+        self.logger = RunLogger(self.folder.path, self.raw_config, self.final_tags(), purge_step=self.progress.step + 1)
+        n_params = sum(p.numel() for p in self.model.parameters())
+        log.info("model: %s, %.2fM parameters; dropout %s; device %s; output %s", self.describe_model(),
+                 n_params / 1e6, cfg.dropout.scheme, self.device, self.folder.path)
+        while not self.progress.done(cfg.trainer, self.stopped_early()):
+            self.run_epoch()
+        if self.progress.step_cap_reached(cfg.trainer) and self.progress.epoch < cfg.trainer.epochs:
+            # Checkpoints mark the ends of epochs, so an epoch the cap cut short counts as done: a rerun with a higher
+            # cap goes on with the next one, and the run then differs from one without the cap.
+            log.info("stopped at step %d, trainer.max_steps (the whole run's cap, for smoke runs): epoch %d of %d is "
+                     "the last, and counts as done where the cap cut it short, so a rerun with a higher cap goes on "
+                     "with epoch %d; for results, run without the cap in a new output dir", self.progress.step,
+                     self.progress.epoch, cfg.trainer.epochs, self.progress.epoch + 1)
+        return self.test()
+
+    def cleanup(self) -> None:
+        if self.logger is not None:
+            self.logger.close()
+
+    # ----------------------------------------------------------------------------- task hooks
+    def steps_per_epoch(self) -> int:
+        raise NotImplementedError
+
+    def train_epoch(self, lr: float, bar: tqdm) -> dict[str, float]:
+        """One pass over the training data (through :meth:`train_loop`): at least ``train_loss``, ``wps``,
+        ``epoch_seconds``."""
+        raise NotImplementedError
+
+    def validate(self) -> dict[str, float]:
+        """Validation metrics, including ``self.selector``; ``test_*`` entries are logged as a per-epoch curve."""
+        raise NotImplementedError
+
+    def test_metrics(self) -> dict[str, Any]:
+        """The test of the kept checkpoint (loaded already): valid_*, test_*, test_*_mc, eval_seconds."""
+        raise NotImplementedError
+
+    def summary(self, record: dict[str, Any]) -> str:
+        """The middle of the per-epoch log line."""
+        raise NotImplementedError
+
+    @property
+    def train_examples(self) -> int:
+        """What the training loss averages over (a learned-noise KL term's N)."""
+        raise NotImplementedError
+
+    def build_model(self) -> torch.nn.Module:
+        return self.task.build_model(self.cfg, self.data, self.device)
+
+    def describe_model(self) -> str:
+        m = self.cfg.model
+        return f"{m.num_layers} x {m.hidden_size} {m.cell} ({m.gates} gates)"
+
+    def after_validation(self, score: float | None) -> None:
+        """Called after every epoch's validation (the language model's NT-ASGD switch)."""
+
+    def stopped_early(self) -> bool:
+        """True once the task's own stopping rule has fired (AWD's fine-tuning)."""
+        return False
+
+    def loss_scalars(self, mean_loss: float) -> dict[str, float]:
+        """Extra train/* scalars derived from a window's mean loss (the language model's perplexity)."""
+        return {}
+
+    def extra_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the task's own state."""
+        return {}
+
+    def load_extra_state(self, payload: dict[str, Any]) -> None:
+        pass
+
+    def final_tags(self) -> dict[str, str]:
+        """TensorBoard tag -> metrics.json key of the final numbers shown in the HParams table."""
+        return {f"best/valid_{self.selector}": f"best_valid_{self.selector}"}
+
+    # ----------------------------------------------------------------------------- steps
+    def kl_term(self) -> torch.Tensor | None:
+        """Kingma's KL per training example, times ``dropout.kl_weight``, to add to the mean training loss; None
+        unless the dropout variances are learned (``dropout.learn_alpha``)."""
+        if self.model.noise_scales is None:
+            return None
+        return self.model.noise_scales.kl() * self.kl_scale
+
+    @property
+    def kl_scale(self) -> float:
+        return self.cfg.dropout.kl_weight / self.train_examples
+
+    def train_loop(self, batches, step, lr: float, bar: tqdm) -> dict[str, float]:
+        """Run ``step(batch) -> (mean loss tensor, grad norm, weight, words)`` over an epoch's batches, counting the
+        steps, logging train/* to TensorBoard and the bar at each read of the loss (a NaN or infinite one stops the
+        run there: :class:`~vdrnn.errors.TrainingDiverged`)."""
+
+        def on_step() -> bool:
+            self.progress.step += 1
+            self.optimization.after_step()
+            bar.update(1)
+            return self.progress.step_cap_reached(self.cfg.trainer)
+
+        def on_window(mean_loss: float, wps: float, grad_norm: torch.Tensor) -> None:
+            if not math.isfinite(mean_loss):
+                raise self.diverged(f"training loss is {mean_loss} at step {self.progress.step}")
+            # train/loss is the window's mean; train/grad_norm the norm (before clipping) of its last step: a sample,
+            # since a mean would read every step's norm off the device; train/lr the epoch's base lr.
+            self.logger.scalars({"train/loss": mean_loss, **self.loss_scalars(mean_loss), "train/lr": lr,
+                                 "train/grad_norm": float(grad_norm), "train/wps": wps}, self.progress.step)
+            bar.set_postfix(loss=f"{mean_loss:.4f}", wps=f"{wps:,.0f}", lr=f"{lr:.4g}")
+
+        return run_steps(batches, step, self.device, self.cfg.trainer.log_every, on_step, on_window)
+
+    def diverged(self, what: str) -> TrainingDiverged:
+        last = self.folder.last
+        kept = (f"The run stopped without overwriting its checkpoints ({last} is the last good one)" if last.exists()
+                else "The run stopped before its first checkpoint")
+        fixes = "Lower trainer.lr or trainer.clip" + (", or use trainer.amp=off" if self.cfg.trainer.amp != "off" else "")
+        return TrainingDiverged(f"training diverged in epoch {self.progress.epoch + 1}: {what}. {kept}. {fixes}")
+
+    # ----------------------------------------------------------------------------- an epoch
+    def run_epoch(self) -> None:
+        cfg, progress = self.cfg, self.progress
+        epoch = progress.epoch + 1
+        lr = cfg.trainer.lr_at(epoch)
+        steps = self.steps_per_epoch()
+        if cfg.trainer.max_steps is not None:  # the bar's end is where the step cap stops this epoch
+            steps = max(0, min(steps, cfg.trainer.max_steps - progress.step))
+        bar = tqdm(total=steps, desc=f"epoch {epoch}/{cfg.trainer.epochs}", unit="step",
+                   disable=not cfg.trainer.progress, leave=False, dynamic_ncols=True)
+        started = time.perf_counter()
+        with bar:
+            stats = self.train_epoch(lr, bar)
+        progress.train_seconds += time.perf_counter() - started
+        with self.optimization.evaluation_weights():
+            valid = self.validate()
+            # None where the run holds no validation data out (a sentiment run with data.valid_fraction=0, which
+            # needs trainer.select=last): then nothing is validated and the last epoch is kept.
+            score = valid.get(self.selector)
+            if score is not None and not math.isfinite(score):
+                raise self.diverged(f"validation {self.selector} is {score}")
+            progress.epoch = epoch
+            if cfg.trainer.select == "last":  # a fixed budget: every epoch replaces best.pt
+                improved = True
+                progress.best_valid = math.nan if score is None else score
+            else:
+                improved = score < progress.best_valid
+                progress.best_valid = min(progress.best_valid, score)
+            if improved:  # the weights as validated
+                # Marked: taken inside evaluation_weights (ASGD's averages) and before after_validation, it is not
+                # the state to continue training from; last.pt is.
+                checkpoint.save({**self.state(), "resumable": False}, self.folder.best)
+        self.after_validation(score)
+        progress.run_seconds += time.perf_counter() - started
+        self.log_epoch(epoch, lr, stats, valid, improved)
+        checkpoint.save(self.state(), self.folder.last)
+
+    def log_epoch(self, epoch: int, lr: float, stats: dict[str, float], valid: dict[str, float],
+                  improved: bool) -> None:
+        """The epoch's line in metrics.jsonl, its scalars in TensorBoard and its log line. ``valid`` may hold the
+        test metrics of this epoch's weights (``test_*``): a curve, not a result."""
+        curve = {k.removeprefix("test_"): v for k, v in valid.items() if k.startswith("test_")}
+        valid = {k: v for k, v in valid.items() if not k.startswith("test_")}
+        noise = self.model.noise_scales.summary() if self.model.noise_scales is not None else {}
+        record = {"epoch": epoch, "step": self.progress.step, "lr": lr, **{f"valid_{k}": v for k, v in valid.items()},
+                  **{f"test_{k}": v for k, v in curve.items()}, **stats, **noise}
+        validated = self.selector in valid
+        self.logger.scalars({**{f"valid/{k}": v for k, v in valid.items()},
+                             **{f"test_per_epoch/{k}": v for k, v in curve.items()},
+                             **{f"noise/{k}": v for k, v in noise.items()},
+                             **({f"best/valid_{self.selector}": self.progress.best_valid} if validated else {})},
+                            self.progress.step)
+        self.logger.epoch(record)
+        log.info("epoch %d/%d  lr %.4g  %s  %s words/s  %.0fs%s", epoch, self.cfg.trainer.epochs, lr,
+                 self.summary(record), f"{stats['wps']:,.0f}", stats["epoch_seconds"],
+                 "  (best)" if improved and self.cfg.trainer.select != "last" else "")
+
+    # ----------------------------------------------------------------------------- checkpoints
+    def state(self) -> dict[str, Any]:
+        """A checkpoint's contents: model, optimizer and RNG state, progress, vocabulary, config."""
+        return {"model": self.model.state_dict(), **self.optimization.state(), "rng": rng_state(self.device),
+                **asdict(self.progress), "vocab": self.data.vocab, "config": self.raw_config, **self.extra_state()}
+
+    def read_resume(self, path: Path) -> tuple[dict[str, Any], str]:
+        """The checkpoint ``path`` and the settings this run changes from its, or a refusal (RunFolder.read_resume)."""
+        return self.folder.read_resume(path, self.raw_config, option_defaults(self.cfg), self.task.takes_init_from)
+
+    def restore(self, path: Path, read: tuple[dict[str, Any], str] | None = None) -> None:
+        """Continue from the checkpoint ``path`` (``read``: what read_resume returned for it, else read now)."""
+        payload, changes = self.read_resume(path) if read is None else read
+        self.progress = Progress(**restore_state(payload, path, self.model, self.optimization, self.device,
+                                                 self.data.vocab, self.load_extra_state))
+        log.info("resumed from %s after epoch %d (step %d)%s", path, self.progress.epoch, self.progress.step,
+                 f", with changed settings: {changes}" if changes else "")
+
+    # ----------------------------------------------------------------------------- testing
+    def test(self) -> dict[str, Any]:
+        """Load best.pt, test it, and write metrics.json (and TensorBoard's test/* scalars)."""
+        kept = ("its last epoch's weights (trainer.select=last)" if self.cfg.trainer.select == "last" else
+                f"the weights that validated to {self.selector} {self.progress.best_valid:.4g}")
+        self.folder.load_best(self.model, kept if self.progress.epoch > 0 else None)
+        metrics = self.test_metrics()
+        if self.model.noise_scales is not None:  # the tested model's learned dropout variances
+            metrics["noise"] = self.model.noise_scales.summary()
+        progress, records = self.progress, self.folder.records()
+        metrics.update({
+            **progress.summary(self.selector, self.cfg.trainer, self.stopped_early()),
+            "wps": sum(r["wps"] for r in records) / len(records) if records else None,
+            "device": device_name(self.device),
+            # Beside wps: runs side by side on one host train at very different speeds with their threads shared
+            # out or not.
+            "cpu_threads": torch.get_num_threads(),
+            "smoke": self.task.is_smoke(self.raw_config),
+            "paper": self.raw_config.get("paper"),
+            "config": self.raw_config,
+        })
+        # One step past the last training step: a rerun of a finished run, or a resume for more epochs, purges
+        # TensorBoard from there (purge_step), so its new test replaces this one instead of adding a second point.
+        self.logger.final(metrics, progress.step + 1)
+        return metrics
