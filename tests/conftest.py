@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import random
 from pathlib import Path
@@ -46,6 +48,37 @@ def tiny_corpus(tmp_path_factory) -> Path:
     (folder / "ptb.valid.txt").write_text(lines(40))
     (folder / "ptb.test.txt").write_text(lines(40))
     return folder
+
+
+@pytest.fixture
+def fake_imdb(tmp_path):
+    """An IMDB folder in the real file format; the word `testonly` appears only in the test set."""
+    for split in ("train", "test"):
+        with gzip.open(tmp_path / f"{split}.jsonl.gz", "wt", encoding="utf-8") as f:
+            for i in range(40):
+                word = "testonly" if split == "test" else "trainword"
+                text = f"Review {i}.<br /><br />{'good' if i % 2 else 'bad'} {word}"
+                f.write(json.dumps({"id": i, "rating": 8 if i % 2 else 2, "label": i % 2, "file": "", "text": text})
+                        + "\n")
+    return tmp_path
+
+
+@pytest.fixture
+def fake_scale(tmp_path):
+    """Pang & Lee's layout, four critics of 10 reviews each, every text with a rating of its own; critic 0's
+    first text appears three times (as the real files repeat 46 texts, on adjacent lines)."""
+    from vdrnn.tasks.sentiment.datasets.scale import AUTHORS
+
+    for a, author in enumerate(AUTHORS):
+        texts = [f"critic {a} review {i} " + "word " * (3 + i) for i in range(10)]
+        ratings = [(10 * a + i) / 100 for i in range(10)]
+        if a == 0:
+            texts[1:1], ratings[1:1] = [texts[0]] * 2, [ratings[0]] * 2
+        folder = tmp_path / "scaledata" / author
+        folder.mkdir(parents=True)
+        (folder / f"subj.{author}").write_text("\n".join(texts) + "\n")
+        (folder / f"rating.{author}").write_text("\n".join(map(str, ratings)) + "\n")
+    return tmp_path
 
 
 @pytest.fixture(params=["default", "split"])

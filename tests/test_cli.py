@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -44,6 +45,15 @@ def test_train_writes_metrics_checkpoints_and_logs(ptb_run):
         assert payload["epoch"] == 1 and payload["config"]["dropout"]["scheme"] == "variational"
     assert "test ppl" in (run / "vdrnn.log").read_text()
     assert "| 0/12 [" in result.stderr  # the progress bar ends where trainer.max_steps stops the epoch
+    # The last line says where the run is and what it scored; the MC test shows its own bar, samples counted.
+    last = [line for line in result.stdout.splitlines() if "[vdrnn]" in line][-1]  # Hydra logs to stdout
+    assert f"finished: test ppl {metrics['test_ppl']:.2f}, MC {metrics['test_ppl_mc']:.2f} (valid " in last
+    assert f"{run} holds metrics.json" in last
+    assert "MC dropout:" in result.stderr and "3/3 samples" in result.stderr
+    if not torch.cuda.is_available():  # and says, after its first steps, how long the whole run takes here
+        assert re.search(r"on the CPU a step takes [0-9.]+ s: this run's training \(12 steps, trainer.max_steps\) takes about 1 "
+                         r"minute "
+                         r"here\. A first run that ends in about a minute: vdrnn train model=small", result.stdout)
 
 
 def test_tensorboard_events_read_back_with_hparams_in_the_same_file(ptb_run):
@@ -99,6 +109,7 @@ def test_eval_command_reproduces_the_weight_scaling_numbers(ptb_run, ptb_dir):
     assert evaluated["test_ppl"] == pytest.approx(trained["test_ppl"], rel=1e-6)
     assert "test_ppl_mc" not in evaluated and '"valid_ppl"' in result.stdout
     assert f"written to {run.parent / 'eval' / 'eval.json'}" in result.stdout and '"config"' not in result.stdout
+    assert result.stdout.splitlines()[-1].startswith(f"test ppl {evaluated['test_ppl']:.2f} (valid ")
     # eval.json says what it ran: the run's settings with the command line's evaluation mode and data cap
     assert evaluated["config"]["eval"]["mode"] == "scale" and evaluated["config"]["data"]["eval_max_tokens"] == 1500
     assert evaluated["config"]["model"] == trained["config"]["model"] and evaluated["device"]
@@ -207,7 +218,8 @@ def test_help_refuses_what_composes_no_run(tmp_path, args, message):
 @pytest.mark.parametrize("args,message,run_made", [
     (["dropout=gal"], "Could not find 'dropout/gal'", False),
     (["trainer.epochs_total=3"], "Key 'epochs_total' is not in struct", False),
-    (["dropout.input=1.2"], r"dropout.input=1.2 is not a probability in [0, 1)", True),
+    # A bad value is refused before Hydra makes a run's folder: no folder is left holding only the error.
+    (["dropout.input=1.2"], r"dropout.input=1.2 is not a probability in [0, 1)", False),
     # relative to the test's own empty cwd, so that it cannot exist (a /nonexistent can, on a shared machine)
     (["data.root=no/such/folder"], "no/such/folder does not exist; point it at a folder holding ptb.train.txt", True),
 ])
@@ -222,7 +234,7 @@ def test_bad_input_gets_a_clear_error(tmp_path, args, message, run_made):
         [log_file] = logs
         [error] = [line for line in log_file.read_text().splitlines() if "[ERROR]" in line]
         assert message in error
-    else:  # Hydra refused the command line before making the run's folder
+    else:  # refused before the run's folder was made
         assert logs == []
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 
 import pytest
@@ -36,6 +37,40 @@ SENTIMENT_PRESETS = [f"{data}_{cell}_{scheme}" for data in ("imdb", "scale") for
                      for scheme in ("none", "zaremba", "variational")]
 # Options that only make sense with a sentiment dataset (the language model is an LSTM).
 NEEDS_SENTIMENT = {("cell", "gru"), ("cell", "rnn")}
+
+# A preset's header: `# @package _global_`, one line saying what it is, the command, and what it gives, in this form
+# (the Expect text may go on over one more line, or a `#   Note:` line may follow it).
+RUN, EXPECT, MORE, NOTE = "#   Run:    vdrnn train experiment=", "#   Expect: ", "#           ", "#   Note:   "
+UNMEASURED = {"awd_ptb_finetune"}  # not yet run on a GPU: its header says what it outputs, with no numbers
+# How vdrnn's measured numbers start the Expect text, by dataset (after "with <override>: " where they need one);
+# "± std" where there are several seeds.
+PM = r"( ± \d+\.\d+)?"
+MEASURED = {"ptb": rf"val \d+\.\d{PM}, test \d+\.\d{PM}", "imdb": rf"test accuracy \d+\.\d+{PM}%",
+            "scale": r"test RMSE 0\.\d{3}"}
+
+
+def header(preset: str) -> tuple[list[str], str]:
+    """The header lines of ``preset``'s file after `# @package _global_`, and its Expect text (continuation joined)."""
+    lines = CONF.joinpath("experiment", f"{preset}.yaml").read_text().splitlines()
+    assert lines[0] == "# @package _global_", preset
+    lines = lines[1:next(i for i, line in enumerate(lines) if not line.startswith("#"))]
+    expect = [line for line in lines if line.startswith(EXPECT)]
+    assert len(expect) == 1, (preset, lines)
+    start = lines.index(expect[0])
+    more = [line[len(MORE):] for line in lines[start + 1:start + 2] if line.startswith(MORE)]
+    return lines, " ".join([expect[0][len(EXPECT):], *more])
+
+
+def assert_header_runs(preset: str) -> str:
+    """The header names the preset, gives the command that runs it and what that gives; returns the Expect text."""
+    lines, expect = header(preset)
+    assert 3 <= len(lines) <= 4, lines
+    title, run, expect_line, *rest = lines
+    assert re.fullmatch(r"# [^ ].+", title), title
+    assert run.startswith(RUN) and run[len(RUN):].split(" ")[0] == preset, run
+    assert expect_line.startswith(EXPECT) and expect_line[len(EXPECT):].strip(), expect_line
+    assert all(line.startswith((MORE, NOTE)) and line[len(MORE):].strip() for line in rest), rest
+    return expect
 
 
 def test_groups_have_the_options_the_paper_needs():
@@ -130,8 +165,28 @@ def test_sentiment_presets_follow_gals_scripts_and_name_their_command(preset):
         assert cfg.eval.mode == "mc" and cfg.eval.samples == 50
     if data == "scale":
         assert cfg.data.test_fraction == 0.2
-    header = CONF.joinpath("experiment", f"{preset}.yaml").read_text()
-    assert f"vdrnn train experiment={preset}" in header and "Expect:" in header
+    assert re.match(rf"(with [\w.=]+: )?{MEASURED[data]}", assert_header_runs(preset))
+
+
+@pytest.mark.parametrize("preset", GROUPS["experiment"])
+def test_every_preset_header_gives_its_command_and_the_numbers_to_expect(preset):
+    """Run and Expect lines; vdrnn's measured numbers with their seeds and GPU; the paper's where it has a row."""
+    expect = assert_header_runs(preset)
+    cfg = composed(f"experiment={preset}")
+    if cfg.paper is not None:
+        assert f"val {cfg.paper.valid}, test {cfg.paper.test}" in expect, expect
+        if cfg.paper.test_mc is not None:
+            assert f"MC test {cfg.paper.test_mc}" in expect, expect
+    if preset in UNMEASURED:
+        assert not re.search(r"\bseeds?\b|H[12]00", expect), expect
+    else:
+        measured = expect.split("paper:")[0].split("reference README")[0]  # vdrnn's numbers come first
+        assert re.match(rf"(with [\w.=]+: )?{MEASURED[cfg.data.name]}", measured), measured
+        assert re.search(r"\b\d+ seeds?\b", measured) and re.search(r"\bH[12]00\b", measured), measured
+        if cfg.data.name == "ptb" and cfg.eval.mode == "mc":
+            assert re.search(r"MC test \d+\.\d", measured), measured
+    text = CONF.joinpath("experiment", f"{preset}.yaml").read_text()
+    assert not re.search(r"session|lease|device tool|the issue|\.\./shared|\.devdata|results/", text, re.IGNORECASE)
 
 
 def test_defaults_are_the_medium_variational_model():
@@ -150,8 +205,8 @@ def test_presets_carry_paper_numbers_and_a_run_command(preset):
     cfg = composed(f"experiment={preset}")
     size, row = preset.split("_", 1)
     assert cfg.paper.size == size and cfg.paper.test > 0 and cfg.model.hidden_size == {"medium": 650, "large": 1500}[size]
-    header = CONF.joinpath("experiment", f"{preset}.yaml").read_text()
-    assert f"vdrnn train experiment={preset}" in header and f"test {cfg.paper.test}" in header
+    expect = assert_header_runs(preset)
+    assert f"; paper: val {cfg.paper.valid}, test {cfg.paper.test}" in expect, expect
     if row.startswith("variational"):
         assert cfg.eval.mode == "mc" and cfg.paper.test_mc is not None
 
@@ -165,8 +220,7 @@ def test_gaussian_presets_are_gals_variational_presets_with_gaussian_noise(prese
     assert gaussian["dropout"].pop("scheme") == "gaussian" and variational["dropout"].pop("scheme") == "variational"
     assert gaussian.pop("paper") is None and variational.pop("paper")["table"] == 1
     assert gaussian == variational
-    header = CONF.joinpath("experiment", f"{preset}.yaml").read_text()
-    assert f"vdrnn train experiment={preset}" in header and "vdrnn: val" in header
+    assert re.match(rf"{MEASURED['ptb']}, MC test \d+\.\d{PM} \(\d+ seeds?, H[12]00", assert_header_runs(preset))
 
 
 @pytest.mark.parametrize("preset", LEARNED)
@@ -177,8 +231,7 @@ def test_learned_alpha_presets_are_their_gaussian_presets_learning_alpha(preset)
     assert learned["dropout"].pop("learn_alpha") is True and fixed["dropout"].pop("learn_alpha") is False
     assert learned == fixed
     validated(composed(f"experiment={preset}"))
-    header = CONF.joinpath("experiment", f"{preset}.yaml").read_text()
-    assert f"vdrnn train experiment={preset}" in header and "vdrnn: val" in header
+    assert re.match(rf"{MEASURED['ptb']}, MC test \d+\.\d{PM} \(\d+ seeds?, H[12]00", assert_header_runs(preset))
 
 
 def test_large_presets_use_gal_and_zaremba_settings():
@@ -356,11 +409,6 @@ def test_eval_refuses_mc_keys_for_a_weight_scaling_evaluation():
 def changed_keys(base: str, preset: str) -> set[str]:
     a, b = (flatten(to_container(composed(f"experiment={p}"))) for p in (base, preset))
     return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
-
-
-def assert_header_runs(preset: str) -> None:
-    header = CONF.joinpath("experiment", f"{preset}.yaml").read_text()
-    assert f"vdrnn train experiment={preset}" in header and "Expect:" in header
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])

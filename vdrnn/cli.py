@@ -118,7 +118,8 @@ def train_command(cfg: DictConfig) -> float | None:
     raw = to_container(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        metrics = task_of(raw).train(raw, run_dir, accepted=lambda: record_start(cfg, run_dir))
+        task = task_of(raw)
+        metrics = task.train(raw, run_dir, accepted=lambda: record_start(cfg, run_dir))
     except VdrnnError as err:
         _fail(err, cfg, run_dir)
     except KeyboardInterrupt:
@@ -126,6 +127,8 @@ def train_command(cfg: DictConfig) -> float | None:
     # The command line this run finished under, beside its metrics.json, for `vdrnn report`'s overrides column
     # (.hydra/overrides.yaml is the last accepted start's, which may have stopped before the end).
     write_atomically(run_dir / "overrides.yaml", OmegaConf.to_yaml(list(HydraConfig.get().overrides.task)))
+    log.info("finished: %s; %s holds metrics.json, best.pt and the TensorBoard events", task.headline(metrics),
+             run_dir)
     # Returned so that a Hydra sweeper (e.g. Optuna) can minimise it: the score the run selected best.pt by,
     # best_valid_<selector> in metrics.json (ppl for PTB, nll for IMDB, rmse for scale, nll_mc or rmse_mc under
     # trainer.select=mc; lower is better; None where nothing was validated, data.valid_fraction=0).
@@ -162,8 +165,8 @@ def eval_command(cfg: DictConfig) -> None:
     # The numbers on the terminal; the config and the reliability diagrams' bins only in the file.
     print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, dict) and not
                       (isinstance(v, list) and len(v) > 2)}, indent=2))
-    print(f"written to {out}, with the reliability bins and the config it ran" if "test_reliability" in metrics
-          else f"written to {out}, with the config it ran")
+    kept = "the reliability bins and the config it ran" if "test_reliability" in metrics else "the config it ran"
+    print(f"{task.headline(metrics)}; written to {out}, with {kept}")
 
 
 def _print_help(command: str, overrides: list[str]) -> None:
@@ -221,9 +224,27 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(2)
         _print_help(command, [arg for arg in rest if not arg.startswith("-")])
         return
+    if command == "train" and not any(arg.startswith("-") for arg in rest):
+        refuse_a_bad_config(quote_paths(rest))
     # Hydra reads sys.argv itself; give it the overrides and a program name for --help.
     sys.argv = [f"vdrnn {command}", *quote_paths(rest)]
     COMMANDS[command]()
+
+
+def refuse_a_bad_config(overrides: list[str]) -> None:
+    """A single run's config checked before Hydra starts the run: an unknown key or option, or a bad value, is refused
+    in a fraction of a second, with its message and status 2, and no run folder is made for it. Hydra would compose the
+    config twice before the task could check it; a sweep's jobs are checked one by one as they start (a refused job
+    fails alone)."""
+    from vdrnn.help import composed
+
+    try:
+        cfg, _ = composed(overrides)
+        raw = to_container(cfg)
+        task_of(raw).parse(raw)
+    except VdrnnError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

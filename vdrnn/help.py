@@ -148,7 +148,9 @@ def composed(overrides: list[str]) -> tuple[DictConfig, dict[str, str | None]]:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
     except HydraException as err:  # an unknown option or key, as a run would be refused for (less the search path)
-        raise ConfigError(str(err).split("\nConfig search path:")[0].strip()) from None
+        message = str(err).split("\nConfig search path:")[0].strip()
+        cause = str(err.__cause__).splitlines()[0] if err.__cause__ and str(err.__cause__) else ""
+        raise ConfigError(f"{message}\n{cause}" if cause and cause not in message else message) from None
     choices = dict(cfg.hydra.runtime.choices)
     with open_dict(cfg):
         del cfg["hydra"]

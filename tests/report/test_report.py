@@ -76,11 +76,15 @@ def test_a_refused_rerun_in_a_finished_runs_folder_leaves_its_record_as_it_was(t
     assert {path.name: path.read_text() for path in record.iterdir()} == written
     [row] = ptb_rows(tmp_path)
     assert "trainer.clip=4" in row["overrides"] and "hidden_size=8" not in row["overrides"]
-    # A refused start in a fresh folder, a sweep's failed job say, leaves its own record beside the error.
-    fresh = run_cli("train", *common[:-1], "hydra.run.dir=runs/b", "dropout.embedding=1.5", cwd=tmp_path, check=False)
-    assert fresh.returncode == 2 and "dropout.embedding" in fresh.stderr
+    # A sweep's job refused in its fresh folder leaves its own record beside the error; a single run's bad value is
+    # refused before any folder is made.
+    fresh = run_cli("train", "-m", *common[:-1], "hydra.sweep.dir=runs", "hydra.sweep.subdir=b",
+                    "dropout.embedding=1.5", cwd=tmp_path, check=False)
+    assert fresh.returncode != 0 and "dropout.embedding" in fresh.stderr
     assert "dropout.embedding=1.5" in (tmp_path / "runs" / "b" / ".hydra" / "overrides.yaml").read_text()
     assert "dropout.embedding" in (tmp_path / "runs" / "b" / "vdrnn.log").read_text()
+    single = run_cli("train", *common[:-1], "hydra.run.dir=runs/c", "dropout.embedding=1.5", cwd=tmp_path, check=False)
+    assert single.returncode == 2 and "dropout.embedding" in single.stderr and not (tmp_path / "runs" / "c").exists()
 
 
 MEDIUM_VARIATIONAL = {"scheme": "variational", "embedding": 0.2, "input": 0.5, "recurrent": 0.2, "output": 0.5}
@@ -366,6 +370,27 @@ def test_curve_panels_go_small_medium_large_then_other_sizes(tmp_path, monkeypat
     monkeypatch.setattr("vdrnn.tasks.lm.report.save_curves", save_curves)  # where plot_ptb finds it
     plot_ptb(collect_ptb(find_runs([tmp_path / "runs"])), tmp_path / "plot.png")
     assert titles == [f"PTB {size}: validation perplexity" for size in ("small", "medium", "large", "300 units")]
+
+
+def test_every_point_of_the_curves_is_inside_the_frame(tmp_path, monkeypatch):
+    """A no-dropout run starts at several times the perplexity the dropout rows end at: no point is cut off."""
+    for name, curve in (("none", [900.0, 300.0, 140.0, 125.0]), ("variational", [400.0, 120.0, 90.0, 80.0])):
+        fake_ptb_run(tmp_path / "runs" / name, 1, [], dropout={"scheme": name})
+        (tmp_path / "runs" / name / "metrics.jsonl").write_text("".join(json.dumps({"valid_ppl": v}) + "\n"
+                                                                       for v in curve))
+    frames = []
+
+    def save_curves(fig, axes, path):
+        import matplotlib.pyplot as plt
+
+        frames.extend((ax.get_ylim(), [v for line in ax.get_lines() for v in line.get_ydata()]) for ax in axes)
+        plt.close(fig)
+
+    monkeypatch.setattr("vdrnn.tasks.lm.report.save_curves", save_curves)
+    plot_ptb(collect_ptb(find_runs([tmp_path / "runs"])), tmp_path / "plot.png")
+    [((low, high), points)] = frames
+    assert sorted(points) == sorted([900.0, 300.0, 140.0, 125.0, 400.0, 120.0, 90.0, 80.0])
+    assert all(low < point < high for point in points)
 
 
 def test_runs_that_finished_no_epoch_are_named_in_a_warning_and_evaluations_are_not(tmp_path, capsys):

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vdrnn.tasks import dataset_name
+
 
 def numbers_as_numbers(path: str | Path) -> list[str | int]:
     """A sort key that reads the digits in a path as numbers, so that runs go seed 2, seed 10 rather than seed 10,
@@ -77,14 +79,9 @@ def check_found(folders: list[Path], found: bool) -> None:
               f"each one's vdrnn.log says why", file=sys.stderr)
 
 
-def dataset_of(metrics: dict[str, Any]) -> str:
-    """The dataset of a metrics.json's or an eval.json's run (PTB for a config from before `data.name`)."""
-    return (metrics.get("config") or {}).get("data", {}).get("name", "ptb")
-
-
 def by_dataset(found: list[tuple[Path, dict[str, Any]]]) -> dict[str, list[tuple[Path, dict[str, Any]]]]:
     """``found`` (path, metrics) grouped by dataset, datasets in name order."""
     groups: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
     for path, metrics in found:
-        groups.setdefault(dataset_of(metrics), []).append((path, metrics))
+        groups.setdefault(dataset_name(metrics.get("config") or {}), []).append((path, metrics))
     return dict(sorted(groups.items()))

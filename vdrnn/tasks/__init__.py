@@ -26,13 +26,19 @@ def task_named(name: Any) -> Task:
     return TASKS[name]
 
 
+def dataset_name(config: dict[str, Any]) -> str:
+    """The dataset of a composed or stored run config: its ``data.name``, PTB for a run from before vdrnn recorded
+    it (the only dataset vdrnn then had)."""
+    return (config.get("data") or {}).get("name", "ptb")
+
+
 def task_of(config: dict[str, Any]) -> Task:
     """The task of a composed or stored run config: its ``data.task``, or for a run from before vdrnn recorded it,
-    the task with a dataset module of its ``data.name`` (PTB where even that is missing)."""
+    the task with a dataset module of its name (:func:`dataset_name`)."""
     data = config.get("data") or {}
     if "task" in data:
         return task_named(data["task"])
-    name = data.get("name", "ptb")
+    name = dataset_name(config)
     found = [task for task in TASKS.values() if task.has_dataset(name)]
     if not found:
         raise ConfigError(f"data.name={name!r} is no task's dataset and the config names no data.task")

@@ -29,6 +29,7 @@ class Task:
     takes_init_from = False  # can start a new run from a trained checkpoint's weights (init_from=)
     eval_keys: tuple[str, ...] = ()  # keys of its own that `vdrnn eval` takes when given (besides the shared ones)
     smoke_keys: tuple[str, ...] = ()  # data keys that cap the data: a run with one set is a smoke run
+    first_run: str  # a run of the task that ends in about a minute on a CPU
     report_ignores: tuple[str, ...] = ()  # settings that never change its runs' numbers (the report's rows)
 
     # ------------------------------------------------------------------ light: config and records
@@ -50,6 +51,10 @@ class Task:
     def has_dataset(self, name: str) -> bool:
         """Is there a module ``datasets/<name>.py`` in this task's folder?"""
         return importlib.util.find_spec(f"vdrnn.tasks.{self.name}.datasets.{name}") is not None
+
+    def headline(self, metrics: dict[str, Any]) -> str:
+        """The test numbers a run's or an evaluation's last line gives (``test ppl 79.6, MC 77.8 (valid 82.9)``)."""
+        raise NotImplementedError
 
     def check_dataset(self, data) -> None:
         """Refuse a dataset whose reading module does not exist, before anything is loaded."""
@@ -87,7 +92,8 @@ class Task:
     def train(self, raw: dict[str, Any], run_dir: Path, accepted: Callable[[], None] = lambda: None) -> dict[str, Any]:
         """`vdrnn train`: setup, then ``accepted()`` (the start is not refused: its settings valid, and a resume's
         those its checkpoint allows), then train and test; metrics.json's contents."""
-        trainer = self.trainer()(self, self.parse(raw), run_dir, raw)
+        cfg = self.parse(raw)  # a config error comes back before the trainer imports torch
+        trainer = self.trainer()(self, cfg, run_dir, raw)
         trainer.setup()
         accepted()
         try:

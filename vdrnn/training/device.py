@@ -17,7 +17,9 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
-        log.warning("CUDA is not available: running on the CPU, which is slow for all but the smallest models")
+        # torch's threads: the cores this process may run on (its allocation on a cluster); OMP_NUM_THREADS sets others
+        log.warning("CUDA is not available: running on the CPU (%d threads), which is slow for all but the smallest "
+                    "models", torch.get_num_threads())
         return torch.device("cpu")
     try:
         device = torch.device(name)

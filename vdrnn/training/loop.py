@@ -67,3 +67,28 @@ def run_steps(batches: Iterable, step: Step, device: torch.device, log_every: in
         read_window()
     seconds = time.perf_counter() - started
     return {"train_loss": totals["loss"] / totals["weight"], "wps": totals["words"] / seconds, "epoch_seconds": seconds}
+
+
+class RunEstimate:
+    """On the CPU, how long the whole run's training will take, said once its first steps are timed: a preset meant
+    for a GPU can take a day there, and the user should know in the first minute, with a run that fits."""
+
+    TIMED = 3  # steps timed after the first (which warms up)
+
+    def __init__(self, steps_left: int, length: str, first_run: str):
+        self.steps_left, self.length, self.first_run = steps_left, length, first_run
+        self.seen, self.start = 0, None
+
+    def step(self) -> str | None:
+        """Call after each step: the line to log once TIMED steps after the first are timed, else None."""
+        self.seen += 1
+        if self.seen == 1:
+            self.start = time.perf_counter()
+        if self.seen != 1 + self.TIMED:
+            return None
+        per_step = (time.perf_counter() - self.start) / self.TIMED
+        minutes = per_step * self.steps_left / 60
+        took = f"{minutes / 60:.1f} hours" if minutes >= 60 else f"{max(1, round(minutes))} minute" + \
+            ("s" if round(minutes) > 1 else "")
+        return (f"on the CPU a step takes {per_step:.2f} s: this run's training ({self.length}) takes about {took} "
+                f"here. A first run that ends in about a minute: {self.first_run}")

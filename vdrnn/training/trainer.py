@@ -28,7 +28,7 @@ from vdrnn.config import option_defaults
 from vdrnn.errors import TrainingDiverged
 from vdrnn.training import checkpoint
 from vdrnn.training.device import device_name, prepare_device, rng_state
-from vdrnn.training.loop import run_steps
+from vdrnn.training.loop import RunEstimate, run_steps
 from vdrnn.training.optim import Optimization
 from vdrnn.training.resume import RunFolder, restore_state
 from vdrnn.training.tracking import RunLogger
@@ -74,7 +74,7 @@ class Progress:
         }
 
 
-class EpochTrainer:  # ~240 lines: the recipe, one epoch and the final test, with the hooks they call, side by side
+class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test beside the hooks they call
     """Base class of the task trainers: ``selector`` names the validation score that picks best.pt (lower is
     better); subclasses implement the hooks below and may override the optional ones."""
 
@@ -85,6 +85,7 @@ class EpochTrainer:  # ~240 lines: the recipe, one epoch and the final test, wit
         self.folder = RunFolder(run_dir)
         self.progress = Progress()
         self.logger: RunLogger | None = None
+        self.estimate: RunEstimate | None = None
 
     # ----------------------------------------------------------------------------- the recipe
     def setup(self) -> None:
@@ -114,6 +115,8 @@ class EpochTrainer:  # ~240 lines: the recipe, one epoch and the final test, wit
         n_params = sum(p.numel() for p in self.model.parameters())
         log.info("model: %s, %.2fM parameters; dropout %s; device %s; output %s", self.describe_model(),
                  n_params / 1e6, cfg.dropout.scheme, self.device, self.folder.path)
+        if self.device.type == "cpu":  # says after a few steps how long the run takes here
+            self.estimate = RunEstimate(self.steps_left(), self.length(), self.task.first_run)
         while not self.progress.done(cfg.trainer, self.stopped_early()):
             self.run_epoch()
         if self.progress.step_cap_reached(cfg.trainer) and self.progress.epoch < cfg.trainer.epochs:
@@ -205,6 +208,9 @@ class EpochTrainer:  # ~240 lines: the recipe, one epoch and the final test, wit
             self.progress.step += 1
             self.optimization.after_step()
             bar.update(1)
+            said = self.estimate.step() if self.estimate is not None else None
+            if said:
+                log.info("%s", said)
             return self.progress.step_cap_reached(self.cfg.trainer)
 
         def on_window(mean_loss: float, wps: float, grad_norm: torch.Tensor) -> None:
@@ -217,6 +223,19 @@ class EpochTrainer:  # ~240 lines: the recipe, one epoch and the final test, wit
             bar.set_postfix(loss=f"{mean_loss:.4f}", wps=f"{wps:,.0f}", lr=f"{lr:.4g}")
 
         return run_steps(batches, step, self.device, self.cfg.trainer.log_every, on_step, on_window)
+
+    def length(self) -> str:
+        """What the run's training is, as the CPU estimate names it: ``39 epochs``, or ``150 steps`` under a cap."""
+        t = self.cfg.trainer
+        if t.max_steps is not None and t.max_steps < t.epochs * self.steps_per_epoch():
+            return f"{t.max_steps} steps, trainer.max_steps"
+        return f"{t.epochs} epoch{'s' if t.epochs > 1 else ''}"
+
+    def steps_left(self) -> int:
+        """The optimizer steps the run has still to take: its epochs left, or the step cap."""
+        left = (self.cfg.trainer.epochs - self.progress.epoch) * self.steps_per_epoch()
+        cap = self.cfg.trainer.max_steps
+        return left if cap is None else min(left, cap - self.progress.step)
 
     def diverged(self, what: str) -> TrainingDiverged:
         last = self.folder.last

@@ -12,7 +12,7 @@ import torch
 
 from tests.helpers import TINY, history, run_cli
 from vdrnn.config import ModelConfig
-from vdrnn.dropout import DropoutConfig, make_dropout, words_of
+from vdrnn.dropout import DropoutConfig, make_dropout
 from vdrnn.tasks.lm.datasets import tokenize
 from vdrnn.tasks.lm.model import LanguageModel
 
@@ -34,13 +34,6 @@ def test_sizes_and_tied_embeddings():
     assert torch.all(model.decoder.bias == 0)
 
 
-def test_weight_drop_mask_is_one_per_minibatch_and_resampled():
-    scheme = make_dropout(DropoutConfig(scheme="awd", weight=0.5))
-    x = torch.randn(T, B, 6)
-    first, second = scheme.layer_masks(x, 12, 4, 0).w_hh, scheme.layer_masks(x, 12, 4, 0).w_hh
-    assert first.shape == (48, 12) and not torch.equal(first, second)  # [4H, H], shared by samples and steps
-    assert (first == 0).float().mean().item() == pytest.approx(0.5, abs=0.1)
-    assert set(first.unique().tolist()) == {0.0, 2.0}  # inverted: kept weights scaled by 1/(1-p)
 
 
 def test_the_layer_runs_the_lstm_with_w_hh_times_the_schemes_mask():
@@ -97,22 +90,8 @@ def test_weight_drop_trains_through_cudnn_on_the_gpu():
         assert torch.isfinite(model(tokens, model.initial_state(B, "cuda"))[0]).all()
 
 
-def test_embedding_mask_per_batch_and_locked_masks_per_sample():
-    scheme = make_dropout(DropoutConfig(scheme="awd", embedding=0.5, input=0.5, embedding_mask="batch"))
-    tokens = torch.randint(0, 3, (40, B))
-    mask = words_of(scheme.word_type_table(tokens.shape[1], 3, tokens), tokens)
-    for word in range(3):  # one draw per word type, shared by every sequence of the batch
-        assert mask[tokens == word].unique().numel() == 1
-    locked = scheme.layer_masks(torch.randn(T, B, 6), 12, 4, 0).x
-    assert locked.shape == (B, 6) and not all(torch.equal(locked[0], locked[b]) for b in range(1, B))
-    shared = make_dropout(DropoutConfig(scheme="awd", input=0.5, locked_mask="batch"))
-    assert shared.layer_masks(torch.randn(T, B, 6), 12, 4, 0).x.shape == (1, 6)
 
 
-def test_hidden_probability_applies_to_layers_above_the_first():
-    cfg = DropoutConfig(scheme="awd", input=0.65, hidden=0.3)
-    assert (cfg.input_p(0), cfg.input_p(1), cfg.input_p(2)) == (0.65, 0.3, 0.3)
-    assert DropoutConfig(scheme="variational", input=0.5).input_p(1) == 0.5
 
 
 def awd_cli(tmp_path, corpus, *extra, experiment="awd_ptb", run="run"):

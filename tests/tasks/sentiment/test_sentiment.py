@@ -72,19 +72,6 @@ def test_pad_keeps_the_last_tokens_and_chunks_cover_everything():
     assert chunks(list(range(5)), 2) == [[0, 1], [2, 3], [4]]
 
 
-@pytest.fixture
-def fake_imdb(tmp_path):
-    """An IMDB folder in the real file format; the word `testonly` appears only in the test set."""
-    for split in ("train", "test"):
-        with gzip.open(tmp_path / f"{split}.jsonl.gz", "wt", encoding="utf-8") as f:
-            for i in range(40):
-                word = "testonly" if split == "test" else "trainword"
-                text = f"Review {i}.<br /><br />{'good' if i % 2 else 'bad'} {word}"
-                f.write(json.dumps({"id": i, "rating": 8 if i % 2 else 2, "label": i % 2, "file": "", "text": text})
-                        + "\n")
-    return tmp_path
-
-
 def tiny_imdb_config(root, *overrides: str) -> dict:
     """The resolved config of a CPU run of a tiny variational model on the fake IMDB files in ``root`` (a quarter of
     the training reviews for validation), with ``overrides`` on top."""
@@ -197,22 +184,6 @@ def test_a_data_dir_imdb_folder_without_the_training_file_is_an_error_not_a_down
     with pytest.raises(DataError, match=r"\$VDRNN_DATA_DIR/imdb: .* lacks train.jsonl.gz"):
         imdb.load(None)
     assert not downloads
-
-
-@pytest.fixture
-def fake_scale(tmp_path):
-    """Pang & Lee's layout, four critics of 10 reviews each, every text with a rating of its own; critic 0's
-    first text appears three times (as the real files repeat 46 texts, on adjacent lines)."""
-    for a, author in enumerate(AUTHORS):
-        texts = [f"critic {a} review {i} " + "word " * (3 + i) for i in range(10)]
-        ratings = [(10 * a + i) / 100 for i in range(10)]
-        if a == 0:
-            texts[1:1], ratings[1:1] = [texts[0]] * 2, [ratings[0]] * 2
-        folder = tmp_path / "scaledata" / author
-        folder.mkdir(parents=True)
-        (folder / f"subj.{author}").write_text("\n".join(texts) + "\n")
-        (folder / f"rating.{author}").write_text("\n".join(map(str, ratings)) + "\n")
-    return tmp_path
 
 
 def test_scale_splits_by_review_keeps_repeated_texts_once_and_standardises_on_training_chunks(fake_scale):

@@ -19,6 +19,7 @@ class LanguageModelling(Task):
     title = "language models"
     takes_init_from = True  # AWD's fine-tuning starts from the trained weights
     eval_keys = ("data.test_batch_size", "data.eval_max_tokens")
+    first_run = "vdrnn train model=small trainer.epochs=1 trainer.max_steps=150 data.eval_max_tokens=10000"  # about a minute on 2 CPU cores
     smoke_keys = ("data.eval_max_tokens",)
 
     def parse(self, raw):
@@ -27,6 +28,10 @@ class LanguageModelling(Task):
         cfg = from_dict(raw)
         self.check_dataset(cfg.data)
         return cfg
+
+    def headline(self, metrics):
+        mc = f", MC {metrics['test_ppl_mc']:.2f}" if metrics.get("test_ppl_mc") is not None else ""
+        return f"test ppl {metrics['test_ppl']:.2f}{mc} (valid {metrics['valid_ppl']:.2f})"
 
     def trainer(self):
         from vdrnn.tasks.lm.train import LanguageModelTrainer

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from vdrnn.tasks.lm.data import TokenStreams, batchify, minibatches
 from vdrnn.tasks.lm.model import LanguageModel
 from vdrnn.training.device import autocast
-from vdrnn.training.evaluation import samples_side_by_side
+from vdrnn.training.evaluation import mc_progress, samples_side_by_side
 
 log = logging.getLogger("vdrnn")
 
@@ -62,8 +62,8 @@ def perplexity(model: LanguageModel, stream: torch.Tensor, batch_size: int, bptt
 
 @torch.no_grad()
 def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batch: int, bptt: int,
-                  word_dropout: bool = False, amp: str = "off", masks: str = "stream") -> float:
-    """MC-dropout perplexity of one stream, ``samples`` passes run ``batch`` at a time.
+                  word_dropout: bool = False, amp: str = "off", masks: str = "stream", progress: bool = False) -> float:
+    """MC-dropout perplexity of one stream, ``samples`` passes run ``batch`` at a time (``progress``: a bar).
 
     ``masks="stream"`` keeps each sample's masks for the whole stream, as Gal's ``run_MC_test`` (one
     ``sample_noise`` per pass over the test set); ``"minibatch"`` redraws them every ``bptt`` tokens, as
@@ -74,7 +74,8 @@ def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batc
     batch = samples_side_by_side(model, batch, word_dropout)
     # prob_sum[t] = sum over samples of p(stream[t + 1] | stream[: t + 1]).
     prob_sum = torch.zeros(stream.numel() - 1, device=device, dtype=torch.float64)
-    done = 0
+    steps = math.ceil((stream.numel() - 1) / bptt)  # minibatches per pass, for the bar
+    done, bar = 0, mc_progress(samples, progress)
     while done < samples:
         replicas = min(batch, samples - done)
         data = stream.unsqueeze(1).expand(-1, replicas)  # every column is the whole stream
@@ -90,7 +91,10 @@ def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batc
                 log_p = -F.cross_entropy(logits.float().flatten(0, 1), targets.repeat_interleave(replicas),
                                          reduction="none").view(-1, replicas)  # [T, replicas]
                 prob_sum[start : start + inputs.shape[0]] += log_p.double().exp().sum(dim=1)
+                bar.update(replicas / steps)
         done += replicas
+    bar.n = samples  # whole, not a float sum's rounding
+    bar.close()
     return exp_or_inf(-(prob_sum / samples).log().mean().item())
 
 
@@ -105,7 +109,7 @@ def evaluate_all(model: LanguageModel, corpus: TokenStreams, cfg) -> dict[str, A
     if e.mode == "mc":
         mc_started = time.perf_counter()
         metrics["test_ppl_mc"] = mc_perplexity(model, corpus.test, e.samples, e.batch, d.bptt, e.word_dropout, amp,
-                                               e.mc_masks)
+                                               e.mc_masks, progress=cfg.trainer.progress)
         metrics["mc_samples"] = e.samples
         metrics["mc_seconds"] = time.perf_counter() - mc_started
     metrics["eval_seconds"] = time.perf_counter() - started

@@ -103,8 +103,11 @@ def plot_ptb(rows: list[PtbRow], path: Path, corpus: str = "PTB") -> None:
     for ax, size in zip(axes, sizes, strict=False):  # no curves at all: one empty panel, untitled
         finite = [v for line in ax.get_lines() for v in line.get_ydata() if math.isfinite(v)]
         if finite:
-            ax.set_ylim(min(finite) * 0.95, min(max(finite), min(finite) * 2.0))
-        ax.set(title=f"{corpus} {size}: validation perplexity", xlabel="epoch", ylabel="perplexity")
+            # Every point in the frame, on a log scale: the first epochs' perplexities are several times the last
+            # ones', and a linear axis would flatten the end where the rows part.
+            ax.set_yscale("log")
+            ax.set_ylim(min(finite) * 0.97, max(finite) * 1.03)
+        ax.set(title=f"{corpus} {size}: validation perplexity", xlabel="epoch", ylabel="perplexity (log scale)")
     save_curves(fig, axes, path)
 
 

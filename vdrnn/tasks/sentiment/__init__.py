@@ -19,6 +19,7 @@ from vdrnn.tasks.base import Task
 class Sentiment(Task):
     name = "sentiment"
     title = "sentiment models"
+    first_run = "vdrnn train dataset=imdb data.limit=500 data.max_length=100 trainer.epochs=1"  # about a minute on 2 CPU cores
     smoke_keys = ("data.limit",)
     # A sentiment model scores every review on its own, so how many reviews an evaluation pass holds changes no
     # weight-scaling number beyond float rounding (MC draws its masks in another order: another draw). A language
@@ -31,6 +32,14 @@ class Sentiment(Task):
         cfg = from_dict(raw)
         self.check_dataset(cfg.data)
         return cfg
+
+    def headline(self, metrics):
+        if "test_rmse" in metrics:
+            mc = f", MC {metrics['test_rmse_mc']:.4f}" if "test_rmse_mc" in metrics else ""
+            return f"test RMSE {metrics['test_rmse']:.4f}{mc}"
+        mc = (f", MC {100 * metrics['test_accuracy_mc']:.2f}% (ECE {metrics['test_ece']:.4f}, MC "
+              f"{metrics['test_ece_mc']:.4f})" if "test_accuracy_mc" in metrics else f" (ECE {metrics['test_ece']:.4f})")
+        return f"test accuracy {100 * metrics['test_accuracy']:.2f}%{mc}"
 
     def trainer(self):
         from vdrnn.tasks.sentiment.train import SentimentTrainer

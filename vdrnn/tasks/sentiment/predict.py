@@ -22,7 +22,7 @@ from vdrnn.tasks.sentiment.data import CLASSIFICATION, SentimentData, Split, min
 from vdrnn.tasks.sentiment.metrics import classification_metrics, rmse
 from vdrnn.tasks.sentiment.model import SentimentModel
 from vdrnn.training.device import autocast
-from vdrnn.training.evaluation import samples_side_by_side
+from vdrnn.training.evaluation import mc_progress, samples_side_by_side
 
 
 def readout(outputs: torch.Tensor, kind: str) -> torch.Tensor:
@@ -47,12 +47,13 @@ def predict(model: SentimentModel, split: Split, kind: str, batch_size: int, amp
 
 @torch.no_grad()
 def predict_mc(model: SentimentModel, split: Split, kind: str, samples: int, samples_per_pass: int,
-               batch_size: int, word_dropout: bool = False, amp: str = "off") -> torch.Tensor:
-    """MC-dropout predictions: the mean over ``samples`` stochastic passes, ``samples_per_pass`` at a time."""
+               batch_size: int, word_dropout: bool = False, amp: str = "off", progress: bool = False) -> torch.Tensor:
+    """MC-dropout predictions: the mean over ``samples`` stochastic passes, ``samples_per_pass`` at a time
+    (``progress``: a bar)."""
     device = next(model.parameters()).device
     replicas = min(samples, samples_side_by_side(model, samples_per_pass, word_dropout))
     reviews = max(1, batch_size // replicas)  # sequences per pass = reviews x replicas
-    out = []
+    out, bar = [], mc_progress(samples, progress)
     for tokens, lengths, _ in minibatches(split, reviews, shuffle=False):
         tokens, lengths = tokens.to(device), lengths.to(device)
         total, done = None, 0
@@ -65,7 +66,10 @@ def predict_mc(model: SentimentModel, split: Split, kind: str, samples: int, sam
             summed = predictions.view(k, -1, *predictions.shape[1:]).sum(dim=0)
             total = summed if total is None else total + summed
             done += k
+            bar.update(k * len(lengths) / len(split))
         out.append((total / samples).cpu())
+    bar.n = samples  # whole, not a float sum's rounding
+    bar.close()
     return torch.cat(out)
 
 
@@ -81,7 +85,8 @@ def predict_split(model: SentimentModel, split: Split, data: SentimentData, cfg:
     """Predictions of one split under weight scaling, or (``mc``) MC dropout with the run's eval settings."""
     d, e, amp = cfg.data, cfg.eval, cfg.trainer.amp
     if mc:
-        return predict_mc(model, split, data.kind, e.samples, e.batch, d.eval_batch_size, e.word_dropout, amp)
+        return predict_mc(model, split, data.kind, e.samples, e.batch, d.eval_batch_size, e.word_dropout, amp,
+                          cfg.trainer.progress)
     return predict(model, split, data.kind, d.eval_batch_size, amp)
 
 

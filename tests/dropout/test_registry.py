@@ -1,0 +1,92 @@
+"""The one registry of schemes: every scheme module registers itself, every list vdrnn keeps of schemes is read from
+it, and a new scheme on the existing sites is its module and its YAML, nothing else."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+import textwrap
+from importlib import resources
+
+import pytest
+import torch
+import yaml
+
+from tests.helpers import composed, train
+from vdrnn.config import to_container
+from vdrnn.dropout import SCHEMES, DropoutConfig, in_table_order
+from vdrnn.errors import ConfigError
+from vdrnn.tasks import task_of
+from vdrnn.tasks.sentiment.report import scheme_rank
+
+
+def test_every_scheme_module_registers_a_scheme_and_every_scheme_has_its_yaml():
+    modules = {info.name for info in pkgutil.iter_modules(importlib.import_module("vdrnn.dropout.schemes").__path__)}
+    assert {cls.__module__.rsplit(".", 1)[1] for cls in SCHEMES.values()} == modules
+    conf = resources.files("vdrnn.conf").joinpath("dropout")
+    in_yaml = {(yaml.safe_load(p.read_text()) or {}).get("scheme") for p in conf.iterdir() if p.name.endswith(".yaml")}
+    assert set(SCHEMES) <= in_yaml
+    assert in_table_order()[:5] == ["none", "zaremba", "moon", "variational", "gaussian"]  # the paper's order
+
+
+# A scheme of a module and a YAML: it drops the layers' inputs with one mask per sequence shared by every gate,
+# fresh for each minibatch, the embedding output included. Registered on import, as vdrnn.dropout imports
+# vdrnn/dropout/schemes/*.py; here the module lives in a temporary folder.
+MODULE = '''
+    """Throwaway: each layer's input dropped with one mask per sequence, fixed over time."""
+    from vdrnn.dropout.masks import LayerMasks, locked_mask
+    from vdrnn.dropout.registry import register
+    from vdrnn.dropout.scheme import DropoutScheme
+
+
+    @register
+    class InputOnlyDropout(DropoutScheme):
+        name = "input_only"
+        sites = ("input",)
+        table_order = 35
+        lstm_only = "it is the LSTM's only"
+
+        def layer_masks(self, x, hidden_size, gates, layer=0):
+            return LayerMasks(x=locked_mask(x, (x.shape[2],), self.config.input_p(layer), "sample"))
+'''
+YAML = '''
+    # Throwaway: the layers' inputs dropped, one mask per sequence.
+    scheme: input_only
+    input: 0.5
+'''
+
+
+@pytest.fixture
+def input_only(tmp_path, monkeypatch):
+    """The throwaway scheme's module imported (so registered) and its YAML in a config folder; unregistered after."""
+    (tmp_path / "input_only_scheme.py").write_text(textwrap.dedent(MODULE))
+    (tmp_path / "conf" / "dropout").mkdir(parents=True)
+    (tmp_path / "conf" / "dropout" / "input_only.yaml").write_text(textwrap.dedent(YAML))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("input_only_scheme")
+    yield f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+    SCHEMES.pop("input_only", None)  # forgotten after the test, module and registration
+    sys.modules.pop("input_only_scheme", None)
+
+
+def test_a_new_scheme_is_read_by_the_config_checks_the_report_and_the_cell_check(input_only):
+    with pytest.raises(ConfigError, match=r"dropout.recurrent=0.2 is not used by scheme 'input_only' \(its sites: "
+                                          r"input\)"):
+        DropoutConfig(scheme="input_only", input=0.5, recurrent=0.2)
+    with pytest.raises(ConfigError, match=r"choose one of none, zaremba, moon, variational, input_only, gaussian"):
+        DropoutConfig(scheme="nope")
+    assert scheme_rank("variational") < scheme_rank("input_only") < scheme_rank("gaussian")
+    raw = to_container(composed(input_only, "dropout=input_only", "dataset=imdb", "cell=gru"))
+    with pytest.raises(ConfigError, match="dropout=input_only cannot run on cell=gru: it is the LSTM's only"):
+        task_of(raw).parse(raw)
+
+
+def test_a_new_scheme_trains(input_only, tmp_path, tiny_corpus):
+    raw = to_container(composed(input_only, "dropout=input_only", "model=small", "model.hidden_size=8",
+                                f"data.root={tiny_corpus}", "data.allow_custom_corpus=true", "data.batch_size=4",
+                                "data.bptt=6", "data.eval_batch_size=4", "trainer.epochs=1", "trainer.progress=false",
+                                "device=cpu"))
+    torch.manual_seed(0)
+    metrics = train(raw, tmp_path / "run")
+    assert metrics["config"]["dropout"]["scheme"] == "input_only" and metrics["test_ppl"] > 1
