@@ -11,7 +11,7 @@ install: ## pip install torch==2.13.0 from pip's configured index (from PyPI on 
 	$(PYTHON) -m pip install torch==2.13.0
 	$(PYTHON) -m pip install -e '.[dev]'
 
-test: ## run the whole test suite, a worker per core (real PTB from VDRNN_DATA_DIR or ../shared/data)
+test: ## run the whole test suite, a worker per core (real data from $VDRNN_DATA_DIR; tests needing it skip without)
 	$(PYTHON) -m pytest -q -n auto
 
 test-unit: ## only the fast unit tests (no subprocess training runs)

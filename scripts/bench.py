@@ -12,7 +12,7 @@ One step = forward, cross-entropy, backward, clip_grad_norm_, SGD update, at bat
 Times are CUDA-event medians over many steps after warm-up. Writes bench.md and bench.json to --out.
 
     python scripts/bench.py --check --out results/bench          # correctness on the GPU, then the table
-    python scripts/bench.py --mc --data .devdata/ptb --no-steps   # MC-dropout evaluation time only
+    python scripts/bench.py --mc --data $VDRNN_DATA_DIR/ptb --no-steps   # MC-dropout evaluation time only
     python scripts/bench.py --gru --no-steps                      # one masked GRU layer, fused vs reference
     python scripts/bench.py --sweep --diag --profile              # tuning: block shapes, where time goes
 
@@ -503,7 +503,7 @@ def main() -> None:
     parser.add_argument("--mc-impls", nargs="+", default=["fast", "reference"], choices=["fast", "reference"])
     parser.add_argument("--mc-amp", nargs="+", default=["off"], choices=["off", "bf16"])
     parser.add_argument("--mc-masks", nargs="+", default=["tied"], choices=["tied", "untied"])
-    parser.add_argument("--data", default=str(Path(os.environ.get("VDRNN_DATA_DIR", "../shared/data")) / "ptb"),
+    parser.add_argument("--data", default=str(Path(os.environ.get("VDRNN_DATA_DIR", ".")) / "ptb"),
                         help="folder holding ptb.{train,test}.txt, for --mc (default: $VDRNN_DATA_DIR/ptb)")
     parser.add_argument("--no-steps", action="store_true", help="skip the training-step table")
     parser.add_argument("--gru", action="store_true", help="also time one masked GRU layer, fused vs reference")

@@ -10,8 +10,8 @@
 Each job runs `vdrnn train experiment=<preset> seed=<s>` in its own folder <root>/<preset>/seed<s>
 (for --size, <preset> is <size>_<row>).
 A finished job (metrics.json present) is skipped and an unfinished one resumes from its last.pt, so the
-script can be called again and again until every job is done: that is how a run longer than one
-session (or one 10-minute command) completes. Each call must ask for the same overrides as the calls before
+script can be called again and again until every job is done: that is how a run longer than a machine's time
+allocation completes. Each call must ask for the same overrides as the calls before
 it: a job folder whose saved run had other settings in its .hydra/overrides.yaml is refused (use a new --root
 for other overrides; data.root, device and logging may change).
 `--deadline-min` stops the jobs still running after that many minutes (their last completed epoch is safe
@@ -19,9 +19,8 @@ in last.pt), starts no job after it, and still writes the report of what is done
 
 Each job sees one GPU (CUDA_VISIBLE_DEVICES) from --gpus, the least busy one, with at most --parallel
 jobs on each. Why only two by default: a second job fills the gaps one job leaves (validation,
-checkpoints, Python between CUDA graphs), but beyond that processes on one GPU only take turns. Two
-large runs side by side on one H200 trained at the same total speed as one after the other (README,
-"Scale out"), so more jobs per GPU would only make each finish later.
+checkpoints, Python between CUDA graphs), but beyond that processes on one GPU only take turns, so more
+jobs per GPU would only make each finish later.
 The jobs share the CPU as well: each gets OMP_NUM_THREADS = its share of the cores (unless you set it), since
 torch otherwise gives every process a thread per core and jobs side by side then oversubscribe the machine.
 
@@ -102,8 +101,7 @@ def job_environment(device: str | None, jobs_at_once: int) -> dict[str, str]:
     is set already (then it is the user's choice and every job keeps it).
 
     Why the share: torch sizes each process's thread pool to the whole machine, so jobs side by side run cores x
-    jobs threads on the cores. Sixteen IMDB runs on a 64-core host with 4 GPUs (four per GPU) trained at a median
-    134k-136k words/s each with torch's default and 503k-572k with 4 threads each (results/bench/threads/).
+    jobs threads on the cores, and each then trains several times slower than with its share.
     """
     env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": device} if device is not None else {})}
     if "OMP_NUM_THREADS" not in env:

@@ -67,7 +67,7 @@ def test_tensorboard_events_read_back_with_hparams_in_the_same_file(ptb_run):
     test_ppl = json.loads((run / "metrics.json").read_text())["test_ppl"]
     assert acc.Scalars("test/ppl")[-1].value == pytest.approx(test_ppl, rel=1e-5)
     # The hparams table, in this run's file: the experiment (its columns: the config keys and the final
-    # tags) and this session's start (the values) and end, as tracking.RunLogger writes them.
+    # tags) and this run's start (the values) and end, as tracking.RunLogger writes them.
     hp = acc.PluginTagToContent("hparams")
     assert set(hp) == {"_hparams_/experiment", "_hparams_/session_start_info", "_hparams_/session_end_info"}
     assert b"dropout.recurrent" in hp["_hparams_/experiment"] and b"test/ppl_mc" in hp["_hparams_/experiment"]

@@ -46,7 +46,7 @@ if not kernels.available(DEVICE):
 # Fast path against the reference in IEEE fp32 (exact_fp32 below): the kernels sum in another order, so they differ by
 # rounding only, a few 1e-7 relative; a wrong mask, gate or gradient is off by far more.
 FP32_TOL = 1e-5
-# With TF32 products (training's fp32 runs turn them on) the bound for fast against reference: a TF32 product
+# With TF32 products (training's fp32 runs turn them on) the bound for fast against reference: a TF32 product
 # keeps 10 mantissa bits of each operand, about 5e-4 relative.
 TF32_TOL = 1e-3
 

@@ -44,8 +44,8 @@ def pads_output(rows: int, weight: torch.Tensor, dtype: torch.dtype, pad_in: int
     """Should ``linear`` pad an output that gains dead units after the product, rather than the weight's rows before
     it? Where nothing else copies the weight (its own dtype, inputs aligned) and the output has fewer rows than the
     weight has columns (a training step's 700 tokens against 1500 inputs): that copy is the smaller, and the weight's
-    gradient comes out of its product whole instead of sliced from a padded one and copied (the 1500-unit fp32 step
-    4.11 against 4.19 ms tied, one H200). At MC evaluation's 35,000 rows the weight's padding wins."""
+    gradient comes out of its product whole instead of sliced from a padded one and copied. At MC evaluation's 35,000
+    rows the weight's padding is the smaller copy."""
     return not pad_in and dtype == weight.dtype and rows < weight.shape[1]
 
 
@@ -99,7 +99,7 @@ class _PerGateLinear(torch.autograd.Function):
     into the [G, N, units] result (cuBLAS takes its row stride): each gate's H outputs where H values are whole 16-byte
     rows (fp32 at 1500 units), so that neither the weight nor the output is padded by a copy and only the dead columns
     are zeroed; else all ``units``, the weight's rows zero-padded, because a misaligned N or K sends cuBLAS to its slow
-    kernels (bf16 at 1500 units: 146 instead of 80 us a product, one H200).
+    kernels (about half the speed).
 
     Backward, with d the output's gradient in the columns the GEMM wrote:
     - dv = sum_g z_g * (d_g W_g), the gates' gradients summed in fp32 as they are multiplied by their masks;
