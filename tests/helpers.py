@@ -34,6 +34,33 @@ def run_cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedPr
     return result
 
 
+def run_in_process(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    """`vdrnn <args>` as run_cli runs it, in this process (without the seconds a new one takes to import torch):
+    the same exit status, stdout and stderr, from ``cwd``."""
+    import contextlib
+    import io
+
+    from vdrnn import cli
+
+    out, err, status = io.StringIO(), io.StringIO(), 0
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                cli.main(list(args))
+            except SystemExit as exit_:  # a message for its code is what Python prints at exit
+                status = exit_.code if isinstance(exit_.code, int) else 1
+                if isinstance(exit_.code, str):
+                    print(exit_.code, file=err)
+    finally:
+        os.chdir(before)
+    result = subprocess.CompletedProcess(["vdrnn", *args], status, out.getvalue(), err.getvalue())
+    if check and status != 0:
+        raise AssertionError(f"vdrnn {' '.join(args)} failed ({status}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
 def cli_in_process(monkeypatch, run_dir: Path, overrides):
     """The cli module with Hydra's runtime as a single `vdrnn` run in ``run_dir`` with ``overrides`` would see it: its
     commands then run in this process, outside a Hydra run (seconds, not a subprocess's start; and what a command
@@ -73,6 +100,22 @@ def events_of(run: Path):
     events = EventAccumulator(str(run), size_guidance={"scalars": 0})
     events.Reload()
     return events
+
+
+def session_ends(run: Path) -> list[str]:
+    """The statuses of the TensorBoard hparams session ends a run folder's events hold, in order
+    (``STATUS_SUCCESS``, ``STATUS_FAILURE``): one once the run has ended, none while it runs or is stopped."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+
+    ends = []
+    for path in sorted(run.glob("events.out.tfevents.*")):
+        for event in EventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                if value.tag == metadata.SESSION_END_INFO_TAG:
+                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                    ends.append(api_pb2.Status.Name(data.session_end_info.status))
+    return ends
 
 
 # Overrides that make a run take seconds on the CPU: a small model on the tiny corpus.

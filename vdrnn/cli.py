@@ -8,8 +8,10 @@ torch: help and config errors come back before it would load, and a task imports
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import re
 import sys
 from pathlib import Path
@@ -21,8 +23,8 @@ from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from vdrnn.config import to_container
-from vdrnn.errors import VdrnnError
+from vdrnn.config import refuse_deletions, to_container
+from vdrnn.errors import ConfigError, FolderInUse, RunStopped, VdrnnError
 from vdrnn.eval_settings import eval_config
 from vdrnn.files import write_atomically
 from vdrnn.tasks import task_of
@@ -46,12 +48,29 @@ def sweep_job_name(overrides: str, checkpoint: str | None) -> str:
     """The name of a `-m` sweep job's folder after its number (conf/config.yaml's ``hydra.sweep.subdir``): the job's
     overrides, as Hydra names it, and for a `vdrnn eval` job the checkpoint it scores too, as
     ``<run folder>-<file stem>`` (``1_dropout=zaremba,seed=2-best``). Hydra's name leaves the checkpoint out, as a
-    path would nest folders, so `vdrnn eval -m checkpoint=a/best.pt,b/best.pt` would name its jobs ``0_`` and ``1_``."""
-    if not checkpoint:
-        return overrides
-    path = Path(checkpoint)
-    scored = f"{path.parent.name}-{path.stem}" if path.parent.name else path.stem
-    return f"{overrides}@{scored}" if overrides else scored
+    path would nest folders, so `vdrnn eval -m checkpoint=a/best.pt,b/best.pt` would name its jobs ``0_`` and ``1_``.
+    A long name is shortened (within_name_limit)."""
+    if checkpoint:
+        path = Path(checkpoint)
+        scored = f"{path.parent.name}-{path.stem}" if path.parent.name else path.stem
+        overrides = f"{overrides}@{scored}" if overrides else scored
+    return within_name_limit(overrides)
+
+
+# A file name may have 255 bytes; the job number and its `_` come before this part.
+NAME_BYTES = 200
+
+
+def within_name_limit(name: str) -> str:
+    """``name``, or where it is longer than NAME_BYTES (a sweep of many overrides), its start and a hash of the
+    whole: ``dropout.embedding=0.1,dropout.input=0.3,...~3f9a0c1b2d``. Stable, so a rerun of the sweep finds its
+    jobs' folders; the whole overrides stay in each folder (.hydra/overrides.yaml, overrides.yaml), which is what
+    `vdrnn report` names rows by."""
+    encoded = name.encode()
+    if len(encoded) <= NAME_BYTES:
+        return name
+    digest = hashlib.sha1(encoded).hexdigest()[:10]
+    return encoded[: NAME_BYTES - len(digest) - 1].decode(errors="ignore") + "~" + digest
 
 
 # Registered when the CLI is imported, before Hydra resolves a job's folder.
@@ -68,17 +87,19 @@ def _fail(err: VdrnnError, cfg: DictConfig, run_dir: Path) -> NoReturn:
     A folder with no record yet (a fresh start's) gets this start's (.hydra/), so that a refused job of a sweep says
     what it was given beside the error in its vdrnn.log; a folder that has one keeps it (record_start).
 
-    A single run exits with status 2. A job of a `-m` sweep raises an Exception instead: Hydra's launcher records
-    it as that job's failure and goes on to the next job (a SystemExit would end the whole sweep there), and once
-    the jobs have run, Hydra reports the first failed one and exits with status 1.
+    A single run exits with the error's status (:mod:`vdrnn.errors`: 2 refused, 3 diverged, 4 a failed write). A job
+    of a `-m` sweep raises an Exception instead: Hydra's launcher records it as that job's failure and goes on to the
+    next job (a SystemExit would end the whole sweep there), and once the jobs have run, Hydra reports the first
+    failed one and exits with status 1.
     """
     _write_to_log_file(str(err))
-    if not (run_dir / ".hydra").exists():
+    # A folder another live run holds is that run's: nothing of this start goes there.
+    if not (run_dir / ".hydra").exists() and not isinstance(err, FolderInUse):
         record_start(cfg, run_dir)
     print(f"error: {err}", file=sys.stderr)
     if HydraConfig.get().mode == RunMode.MULTIRUN:
         raise JobFailed(str(err)) from err
-    raise SystemExit(2)
+    raise SystemExit(err.exit_status)
 
 
 def _write_to_log_file(message: str) -> None:
@@ -90,15 +111,25 @@ def _write_to_log_file(message: str) -> None:
             handler.handle(record)
 
 
+def _stopped(stop: RunStopped, run_dir: Path) -> NoReturn:
+    """A signal stopped the run once its state was safe (vdrnn.training.stopping): say so in one line, with how to go
+    on, and exit with 128 + the signal's number, as a process the signal had killed would (a sweep stops there too:
+    the signal was for the whole process)."""
+    log.warning("%s; %s", stop, _how_to_go_on(run_dir))
+    raise SystemExit(stop.exit_status)
+
+
 def _interrupted(run_dir: Path) -> NoReturn:
-    """Ctrl-C during training: say what the run keeps and how to go on, instead of a traceback. Checkpoints are
-    written whole at the end of each epoch, so the epoch in progress is lost and last.pt, where there is one, holds
-    the last finished epoch. Exits with 130, the shell's status for an interrupt (a sweep stops there too)."""
+    """A second Ctrl-C, which stops at once: say what the run keeps and how to go on, instead of a traceback."""
     last = run_dir / "last.pt"
-    kept = (f"{last} holds the last finished epoch: rerun the command with hydra.run.dir={run_dir} to continue "
-            f"from it" if last.exists() else f"no epoch had finished, so {run_dir} holds nothing to continue from")
-    log.warning("interrupted; %s", kept)
+    kept = (f"{last} holds the last saved step" if last.exists() else
+            f"no step was saved, so {run_dir} holds nothing to continue from")
+    log.warning("interrupted; %s%s", kept, f"; {_how_to_go_on(run_dir)}" if last.exists() else "")
     raise SystemExit(130)
+
+
+def _how_to_go_on(run_dir: Path) -> str:
+    return f"to continue, run the same command with hydra.run.dir={run_dir}"
 
 
 def record_start(cfg: DictConfig, run_dir: Path) -> None:
@@ -122,6 +153,8 @@ def train_command(cfg: DictConfig) -> float | None:
         metrics = task.train(raw, run_dir, accepted=lambda: record_start(cfg, run_dir))
     except VdrnnError as err:
         _fail(err, cfg, run_dir)
+    except RunStopped as stop:
+        _stopped(stop, run_dir)
     except KeyboardInterrupt:
         _interrupted(run_dir)
     # The command line this run finished under, beside its metrics.json, for `vdrnn report`'s overrides column
@@ -129,10 +162,22 @@ def train_command(cfg: DictConfig) -> float | None:
     write_atomically(run_dir / "overrides.yaml", OmegaConf.to_yaml(list(HydraConfig.get().overrides.task)))
     log.info("finished: %s; %s holds metrics.json, best.pt and the TensorBoard events", task.headline(metrics),
              run_dir)
-    # Returned so that a Hydra sweeper (e.g. Optuna) can minimise it: the score the run selected best.pt by,
-    # best_valid_<selector> in metrics.json (ppl for PTB, nll for IMDB, rmse for scale, nll_mc or rmse_mc under
-    # trainer.select=mc; lower is better; None where nothing was validated, data.valid_fraction=0).
-    return next((value for key, value in metrics.items() if key.startswith("best_valid_")), None)
+    return objective_of(metrics, raw.get("objective"), cfg, run_dir)
+
+
+def objective_of(metrics: dict, objective: str | None, cfg: DictConfig, run_dir: Path) -> float | None:
+    """What `vdrnn train` returns, for a Hydra sweeper (Optuna) to minimise: metrics.json's ``objective``, by default
+    the score the run selected best.pt by, best_valid_<selector> (ppl for PTB, nll for IMDB, rmse for scale, nll_mc
+    or rmse_mc under trainer.select=mc; None where nothing was validated, data.valid_fraction=0)."""
+    if objective is None:
+        return next((value for key, value in metrics.items() if key.startswith("best_valid_")), None)
+    value = metrics.get(objective)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        numbers = sorted(k for k, v in metrics.items() if k.startswith(("best_valid_", "valid_"))
+                         and isinstance(v, (int, float)) and not isinstance(v, bool))
+        _fail(ConfigError(f"objective={objective} is not a number of this run's metrics.json (the run finished; "
+                          f"its results are in {run_dir}); its validation numbers: {', '.join(numbers)}"), cfg, run_dir)
+    return value
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base="1.3")
@@ -181,6 +226,68 @@ def _print_help(command: str, overrides: list[str]) -> None:
         raise SystemExit(2) from None
 
 
+# Options that need a Hydra plugin, the plugin's module and the extra that installs it.
+PLUGINS = {"hydra/launcher=slurm": ("hydra_plugins.hydra_submitit_launcher", "slurm"),
+           "hydra/launcher=local": ("hydra_plugins.hydra_submitit_launcher", "slurm"),
+           "hydra/launcher=submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "slurm"),
+           "hydra/launcher=submitit_local": ("hydra_plugins.hydra_submitit_launcher", "slurm"),
+           "search=optuna": ("hydra_plugins.hydra_optuna_sweeper", "optuna"),
+           "hydra/sweeper=optuna": ("hydra_plugins.hydra_optuna_sweeper", "optuna")}
+
+
+def check_plugins(args: list[str]) -> None:
+    """Refuse an option whose Hydra plugin is not installed, naming the extra that installs it (Hydra itself would
+    only say that it knows no such option)."""
+    import importlib.util
+
+    for arg in args:
+        if arg in PLUGINS:
+            module, extra = PLUGINS[arg]
+            if importlib.util.find_spec(module) is None:
+                raise ConfigError(f"{arg} needs a Hydra plugin that is not installed: pip install 'vdrnn[{extra}]'")
+
+
+def shell_completion(argv: list[str]) -> None:
+    """Hydra's shell completion for the two-word commands. ``vdrnn [train] -sc install=bash`` (zsh, fish) prints
+    Hydra's script, registered for ``vdrnn``; the script then asks ``vdrnn -sc query=bash`` with the line typed so
+    far in $COMP_LINE, which names the command second (Hydra expects the program and then overrides): the command
+    word is completed here, and the rest is Hydra's completion of that command's config, on the line without it."""
+    flag = "-sc" if "-sc" in argv else "--shell-completion"
+    action = argv[argv.index(flag) + 1] if argv.index(flag) + 1 < len(argv) else ""
+    sys.argv = ["vdrnn", flag, action]
+    if not action.startswith("query"):
+        COMMANDS["train"]()  # install / uninstall: the script is the same for both commands
+        return
+    line = os.environ.get("COMP_LINE", "")
+    words = line.split()
+    if len(words) < 2 or (len(words) == 2 and not line.endswith(" ")):  # the command itself
+        typed = words[1] if len(words) == 2 else ""
+        print(" ".join(c for c in ("train", "eval", "report") if c.startswith(typed)))
+        return
+    if words[1] in COMMANDS:
+        os.environ["COMP_LINE"] = re.sub(r"^(\s*\S+\s+)\S+", r"\1", line)  # the program word, less the command
+        COMMANDS[words[1]]()
+
+
+def help_overrides(args: list[str]) -> list[str]:
+    """The overrides of a `--help` command line, with Hydra's ``--config-dir DIR`` (``-cd``) as the search path entry
+    it stands for, so that the help shows the options and comments of the files there too."""
+    overrides, dirs, rest = [], [], iter(args)
+    for arg in rest:
+        if arg in ("--config-dir", "-cd"):
+            dirs.append(next(rest, ""))
+        elif arg.startswith("--config-dir="):
+            dirs.append(arg.split("=", 1)[1])
+        elif not arg.startswith("-"):
+            overrides.append(arg)
+    if dirs:
+        given = [o for o in overrides if o.startswith("hydra.searchpath=")]
+        entries = [entry for o in given for entry in o.split("=", 1)[1].strip("[]").split(",") if entry]
+        entries += [f"file://{Path(d).expanduser().resolve()}" for d in dirs]
+        overrides = [o for o in overrides if o not in given] + [f"hydra.searchpath=[{','.join(entries)}]"]
+    return overrides
+
+
 COMMANDS = {"train": train_command, "eval": eval_command}
 
 # Options whose values are file paths. A sweep's job folders are named by their overrides
@@ -209,6 +316,9 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return
+    if "-sc" in argv or "--shell-completion" in argv:
+        shell_completion(argv)
+        return
     command, rest = argv[0], argv[1:]
     if command == "report":
         from vdrnn import report  # matplotlib, only for the report
@@ -222,8 +332,14 @@ def main(argv: list[str] | None = None) -> None:
         if "-m" in rest or "--multirun" in rest:
             print("error: --help shows the config of one run: drop -m and give one value per key", file=sys.stderr)
             raise SystemExit(2)
-        _print_help(command, [arg for arg in rest if not arg.startswith("-")])
+        _print_help(command, help_overrides(rest))
         return
+    try:
+        refuse_deletions(rest)
+        check_plugins(rest)
+    except VdrnnError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
     if command == "train" and not any(arg.startswith("-") for arg in rest):
         refuse_a_bad_config(quote_paths(rest))
     # Hydra reads sys.argv itself; give it the overrides and a program name for --help.
@@ -236,15 +352,23 @@ def refuse_a_bad_config(overrides: list[str]) -> None:
     in a fraction of a second, with its message and status 2, and no run folder is made for it. Hydra would compose the
     config twice before the task could check it; a sweep's jobs are checked one by one as they start (a refused job
     fails alone)."""
-    from vdrnn.help import composed
-
     try:
-        cfg, _ = composed(overrides)
-        raw = to_container(cfg)
-        task_of(raw).parse(raw)
+        checked_config(overrides)
     except VdrnnError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def checked_config(overrides: list[str]) -> dict:
+    """The config `vdrnn train <overrides>` runs with (plain containers), checked as its task checks it; a
+    VdrnnError where it would be refused."""
+    from vdrnn.help import composed
+
+    refuse_deletions(overrides)
+    cfg, _ = composed(overrides)
+    raw = to_container(cfg)
+    task_of(raw).parse(raw)
+    return raw
 
 
 if __name__ == "__main__":

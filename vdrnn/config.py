@@ -218,7 +218,37 @@ def build(cls, values: dict[str, Any], where: str, derived: dict[str, tuple[Any,
 # preset's paper numbers (read by `vdrnn report`). Hydra appends any other key given with a `+` (its own hint for a
 # mistyped group, `+datset=ptb`), which no code would then read.
 TOP_LEVEL = ("data", "model", "dropout", "trainer", "eval", "seed", "device", "resume", "checkpoint", "init_from",
-             "cell", "paper")
+             "cell", "paper", "objective")
+
+
+# The sections every run reads; conf/ gives each of them, so only a deletion on the command line can take one away.
+SECTIONS = ("data", "model", "dropout", "trainer", "eval")
+
+
+def check_sections(raw: dict[str, Any]) -> None:
+    """Refuse a config without one of SECTIONS (``~trainer``, ``~dataset``), which would fail later as a KeyError."""
+    missing = [name for name in SECTIONS if not isinstance(raw.get(name), dict)]
+    if missing:
+        raise ConfigError(f"the config has no {', '.join(missing)} settings, which every run needs; set values "
+                          f"instead of deleting them (e.g. trainer.lr=0.5), or choose an option of the group "
+                          f"(e.g. dataset=ptb)")
+
+
+def refuse_deletions(overrides: list[str]) -> None:
+    """Refuse ``~key`` on the command line for any key of vdrnn's config (Hydra's own may go): a deleted key would
+    fall back to a default the config does not show, or take away a section every run reads. ``~experiment``
+    only drops the preset, which is none by default."""
+    for override in overrides:
+        if not override.startswith("~"):
+            continue
+        key = override[1:].split("=", 1)[0]
+        if key == "experiment" or key.startswith("hydra"):
+            continue
+        if key not in (*SECTIONS, "dataset", "cell"):  # a key, not a section or a config group
+            raise ConfigError(f"{override} deletes {key}, which every run reads: set it instead ({key}=VALUE)")
+        raise ConfigError(f"{override} deletes the {key} settings, which every run reads: set a key of them instead "
+                          f"({key}.KEY=VALUE), or choose an option of the group ({key}=OPTION; `vdrnn train --help` "
+                          f"lists them)")
 
 
 def run_settings(raw: dict[str, Any]) -> tuple[int, str]:
@@ -230,7 +260,19 @@ def run_settings(raw: dict[str, Any]) -> tuple[int, str]:
     seed, device = raw.get("seed", 1), raw.get("device", "auto")
     check_type(seed, "int", "seed")
     check_type(device, "str", "device")
+    for key in ("resume", "checkpoint", "init_from"):  # paths
+        check_type(raw.get(key), "str | None", key)
+    check_objective(raw.get("objective"))
     return seed, device
+
+
+def check_objective(objective: Any) -> None:
+    """A sweeper's objective is a validation number of metrics.json: tuning on the test set would leave no test."""
+    check_type(objective, "str | None", "objective")
+    if objective is not None and not objective.startswith(("best_valid_", "valid_")):
+        raise ConfigError(f"objective={objective} is not a validation number: a search tuned on "
+                          f"{'the test set leaves its numbers no test' if 'test' in objective else 'it compares nothing'}"
+                          f"; use best_valid_<metric> (best_valid_ppl, best_valid_nll, best_valid_rmse) or valid_<metric>")
 
 
 def to_container(cfg: DictConfig) -> dict[str, Any]:

@@ -3,37 +3,93 @@ dataset needs, checked before reading."""
 
 from __future__ import annotations
 
+import errno
 import os
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from vdrnn.errors import DataError
+from vdrnn.errors import DataError, WriteError
 
 
 @contextmanager
 def replaced_atomically(path: str | Path) -> Iterator[BinaryIO]:
-    """Yield a binary file to write ``path``'s new contents to. They go to a temporary file in the same folder,
-    reach the disk (fsync), and only then replace ``path`` in one ``os.replace``; if the writer raises, ``path``
-    is untouched and the temporary file removed."""
+    """Yield a binary file to write ``path``'s new contents to. They go to a temporary file of a name no other writer
+    uses, in the same folder, reach the disk (fsync), and only then replace ``path`` in one ``os.replace``; if the
+    writer raises, ``path`` is untouched and the temporary file removed. A failed write (disk full, quota, read-only
+    folder) is a :class:`WriteError` naming the file and the fix."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}{TEMP_SUFFIX}")
     try:
-        with open(tmp, "wb") as f:
+        with open(tmp, "xb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
+        cause = os_error_in(err)
+        if cause is not None:
+            raise write_error(path, cause) from err
         raise
+
+
+TEMP_SUFFIX = ".tmp"  # what a writer killed mid-write leaves behind (RunLock removes them)
+
+
+def os_error_in(err: BaseException) -> OSError | None:
+    """The OSError behind ``err``: itself, or the one a library's error was raised while handling (torch's zip writer
+    turns a failed write into a RuntimeError whose context is the OSError)."""
+    while err is not None:
+        if isinstance(err, OSError):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+# What to do about a failed write, by errno.
+WRITE_FIXES = {
+    errno.ENOSPC: "free space on that disk",
+    errno.EDQUOT: "free space in your quota there",
+    errno.EFBIG: "the file is larger than this process may write (ulimit -f): raise the limit",
+    errno.EACCES: "make the folder writable, or choose another output dir (hydra.run.dir=...)",
+    errno.EROFS: "the disk is read-only: choose another output dir (hydra.run.dir=...)",
+}
+
+
+def write_error(path: Path, err: OSError) -> WriteError:
+    fix = WRITE_FIXES.get(err.errno, "fix what the system says")
+    return WriteError(f"cannot write {path}: {err.strerror or err}. {fix[0].upper()}{fix[1:]}, then run the same "
+                      f"command again; what the file held before is intact")
 
 
 def write_atomically(path: Path, text: str) -> None:
     """Replace ``path``'s contents so that a crash leaves either the old file or the new one."""
     with replaced_atomically(path) as f:
         f.write(text.encode())
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line to ``path`` (a JSON-lines history); a failed write is a :class:`WriteError`."""
+    try:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+    except OSError as err:
+        raise write_error(path, err) from err
+
+
+def read_utf8(path: Path, fix: str) -> str:
+    """``path``'s text, or a DataError naming the first byte that is not UTF-8 (its line and column) and ``fix``."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise DataError(f"{path} is not UTF-8 text: byte 0x{data[err.start]:02x} at line {line}, column {column}; "
+                        f"{fix}") from None
 
 
 def require_files(folder: Path, names: list[str], origin: str, subfolder: str) -> None:

@@ -17,11 +17,12 @@ from __future__ import annotations
 import re
 import textwrap
 from importlib import resources
+from pathlib import Path
 
 import yaml
 from hydra import compose, initialize_config_module
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import OmegaConf, open_dict
 
 from vdrnn.config import key_among
 from vdrnn.errors import ConfigError
@@ -82,23 +83,51 @@ def _package(text: str, group: str) -> str:
     return "" if package == "_global_" else package
 
 
-def _file_chain(group: str, option: str) -> list[str]:
+class ConfigFiles:
+    """The YAML files a composition reads, through Hydra's search path: vdrnn's conf/ and any folder the command line
+    adds (``hydra.searchpath=[file://...]``, ``--config-dir``), the first holding a file giving it, as in Hydra."""
+
+    def __init__(self, sources: list[tuple[str, str]] | None = None):
+        """``sources``: (schema, path) of each, in search-path order; pkg and file ones hold files (Hydra's own,
+        hydra.conf, holds no group of vdrnn's)."""
+        self.roots = []
+        for schema, where in sources or [("pkg", CONFIG_MODULE)]:
+            if schema == "pkg" and where != "hydra.conf":
+                self.roots.append(resources.files(where.replace("/", ".")))
+            elif schema == "file":
+                self.roots.append(Path(where).expanduser())
+
+    def text(self, name: str) -> str:
+        for root in self.roots:
+            path = root.joinpath(name)
+            if path.is_file():
+                return path.read_text()
+        raise ConfigError(f"no config file {name} in the search path ({', '.join(map(str, self.roots))})")
+
+    def options(self, group: str) -> list[str]:
+        found = {item.name.removesuffix(".yaml") for root in self.roots if root.joinpath(group).is_dir()
+                 for item in root.joinpath(group).iterdir() if item.name.endswith(".yaml")}
+        return sorted(found)
+
+
+def _file_chain(files: ConfigFiles, group: str, option: str) -> list[str]:
     """The texts of group/option.yaml and, after it, of the options of its own group it builds on (its `defaults:`
     entries that name a bare option, e.g. experiment/imdb_lstm_variational_tuned -> imdb_lstm_variational, or
     dropout/variational_untied -> variational@dropout; `override /group: option` entries are in the choices)."""
-    text = resources.files(CONFIG_MODULE).joinpath(group, f"{option}.yaml").read_text()
+    text = files.text(f"{group}/{option}.yaml")
     parents = [entry.split("@")[0] for entry in (yaml.safe_load(text) or {}).get("defaults", [])
                if isinstance(entry, str) and entry != "_self_"]
-    return [text] + [chained for parent in parents for chained in _file_chain(group, parent)]
+    return [text] + [chained for parent in parents for chained in _file_chain(files, group, parent)]
 
 
-def descriptions(choices: dict[str, str | None]) -> dict[str, str]:
+def descriptions(choices: dict[str, str | None], files: ConfigFiles | None = None) -> dict[str, str]:
     """Each key's description for a config composed from ``choices`` (group -> option), first comment first."""
+    files = files or ConfigFiles()
     found: dict[str, str] = {}
-    sources = [(resources.files(CONFIG_MODULE).joinpath("config.yaml").read_text(), "")]
-    for group in groups():
+    sources = [(files.text("config.yaml"), "")]
+    for group in GROUPS:
         if choices.get(group):
-            sources += [(text, _package(text, group)) for text in _file_chain(group, choices[group])]
+            sources += [(text, _package(text, group)) for text in _file_chain(files, group, choices[group])]
     for text, package in sources:
         for key, comment in key_comments(text, package).items():
             found.setdefault(key, comment)
@@ -106,15 +135,13 @@ def descriptions(choices: dict[str, str | None]) -> dict[str, str]:
 
 
 # The config groups, in the order a run composes them: config.yaml's defaults, the model coming with the dataset's.
-GROUPS = ("dataset", "model", "cell", "dropout", "eval", "experiment")
+GROUPS = ("dataset", "model", "cell", "dropout", "eval", "experiment", "search")
 
 
-def groups() -> dict[str, list[str]]:
+def groups(files: ConfigFiles | None = None) -> dict[str, list[str]]:
     """The config groups and their options."""
-    conf = resources.files(CONFIG_MODULE)
-    order = GROUPS
-    return {group: sorted(item.name.removesuffix(".yaml") for item in conf.joinpath(group).iterdir()
-                          if item.name.endswith(".yaml")) for group in order}
+    files = files or ConfigFiles()
+    return {group: files.options(group) for group in GROUPS}
 
 
 def annotate(config_yaml: str, described: dict[str, str]) -> str:
@@ -142,19 +169,30 @@ def annotate(config_yaml: str, described: dict[str, str]) -> str:
     return "\n".join(out)
 
 
-def composed(overrides: list[str]) -> tuple[DictConfig, dict[str, str | None]]:
-    """The config a run with ``overrides`` gets (without Hydra's own keys), and its choice of each group."""
+def composed(overrides: list[str], with_sources: bool = False):
+    """The config a run with ``overrides`` gets (without Hydra's own keys), and its choice of each group (and with
+    ``with_sources`` the ConfigFiles it was composed from)."""
     try:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
     except HydraException as err:  # an unknown option or key, as a run would be refused for (less the search path)
-        message = str(err).split("\nConfig search path:")[0].strip()
+        message = one_line_options(str(err).split("\nConfig search path:")[0].strip())
         cause = str(err.__cause__).splitlines()[0] if err.__cause__ and str(err.__cause__) else ""
         raise ConfigError(f"{message}\n{cause}" if cause and cause not in message else message) from None
     choices = dict(cfg.hydra.runtime.choices)
+    files = ConfigFiles([(source.schema, source.path) for source in cfg.hydra.runtime.config_sources])
     with open_dict(cfg):
         del cfg["hydra"]
-    return cfg, choices
+    return (cfg, choices, files) if with_sources else (cfg, choices)
+
+
+def one_line_options(message: str) -> str:
+    """Hydra's "Could not find 'dropout/nope'" with its options listed one per line below, as one line:
+    "Could not find 'dropout/nope'; choose one of awd, gaussian, ..."."""
+    match = re.search(r"\s*Available options in '[^']*':\s*\n((?:\s+\S+\n?)+)$", message)
+    if not match:
+        return message
+    return f"{message[:match.start()]}; choose one of {', '.join(match[1].split())}"
 
 
 def kept(tree: dict, names: tuple[str, ...], prefix: str = "") -> dict:
@@ -171,8 +209,8 @@ def kept(tree: dict, names: tuple[str, ...], prefix: str = "") -> dict:
 def config_help(command: str, overrides: list[str]) -> str:
     """The help text of `vdrnn <command> [overrides] --help`: for train the whole config, for eval the keys it takes
     (the rest come from the checkpoint)."""
-    cfg, choices = composed(overrides)
-    shown, listed = OmegaConf.to_container(cfg), groups()
+    cfg, choices, files = composed(overrides, with_sources=True)
+    shown, listed = OmegaConf.to_container(cfg), groups(files)
     if command == "eval":
         shown = kept(shown, (*EVAL_ALWAYS, *EVAL_WHEN_GIVEN, *task_eval_keys()))
         listed = {"eval": listed["eval"]}
@@ -182,5 +220,5 @@ def config_help(command: str, overrides: list[str]) -> str:
     return (f"{HEADER[command]}\n  vdrnn {command} group=option key=value ...   (-m sweeps comma-separated values)\n\n"
             f"== Configuration groups ==\n{group_lines}\n\n"
             f"== Config ==\n{textwrap.fill(f'# composed from {chosen}', WIDTH, subsequent_indent='#   ')}\n"
-            f"{annotate(OmegaConf.to_yaml(shown).rstrip(), descriptions(choices))}\n\n"
+            f"{annotate(OmegaConf.to_yaml(shown).rstrip(), descriptions(choices, files))}\n\n"
             + textwrap.fill(FOOTER[command], WIDTH))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import TINY, run_cli
+from tests.helpers import TINY, run_in_process
 from vdrnn import report
 from vdrnn.report.found import find_runs
 from vdrnn.report.plots import save_curves
@@ -21,9 +21,9 @@ from vdrnn.tasks.sentiment.report import scheme_rank
 @pytest.mark.slow
 def test_report_groups_seeds_and_sets_paper_numbers_beside_ours(tmp_path, tiny_corpus):
     tiny = [a for a in TINY if not a.startswith("model=")]
-    run_cli("train", "-m", "experiment=medium_zaremba,medium_variational", "seed=1,2", *tiny,
+    run_in_process("train", "-m", "experiment=medium_zaremba,medium_variational", "seed=1,2", *tiny,
             f"data.root={tiny_corpus}", "eval.samples=2", "hydra.sweep.dir=sweep", cwd=tmp_path)
-    result = run_cli("report", "sweep", "--out", "report", cwd=tmp_path)
+    result = run_in_process("report", "sweep", "--out", "report", cwd=tmp_path)
     # The smoke runs' 16 units show beside the preset's size; the paper's numbers are the preset's.
     assert "| Zaremba et al. 2014 | medium (16 units) | in 0.5, out 0.5 | 2 |" in result.stdout
     assert "| Variational (tied weights) | medium (16 units) | emb 0.2, in 0.3, h 0.2, out 0.3 | 2 |" in result.stdout
@@ -43,16 +43,16 @@ def test_report_groups_seeds_and_sets_paper_numbers_beside_ours(tmp_path, tiny_c
 
 @pytest.mark.slow
 def test_report_without_runs_says_so(tmp_path):
-    result = run_cli("report", str(tmp_path), cwd=tmp_path, check=False)
+    result = run_in_process("report", str(tmp_path), cwd=tmp_path, check=False)
     assert result.returncode != 0 and "no metrics.json or eval.json under" in result.stderr
 
 
 @pytest.mark.slow
 def test_report_keeps_the_points_of_a_dropout_grid_apart(tmp_path, tiny_corpus):
     tiny = [a for a in TINY if not a.startswith("model=")]
-    run_cli("train", "-m", "experiment=medium_variational", "dropout.input=0.3,0.4", "dropout.output=0.4", *tiny,
+    run_in_process("train", "-m", "experiment=medium_variational", "dropout.input=0.3,0.4", "dropout.output=0.4", *tiny,
             f"data.root={tiny_corpus}", "eval.samples=2", "hydra.sweep.dir=sweep", cwd=tmp_path)
-    run_cli("report", "sweep", "--out", "report", cwd=tmp_path)
+    run_in_process("report", "sweep", "--out", "report", cwd=tmp_path)
     with open(tmp_path / "report" / "table.csv") as f:
         rows = [(r["row"], r["dropout"], r["seeds"]) for r in csv.DictReader(f)]
     assert rows == [("Variational (tied weights)", "emb 0.2, in 0.3, h 0.2, out 0.4", "1"),
@@ -65,25 +65,25 @@ def test_a_refused_rerun_in_a_finished_runs_folder_leaves_its_record_as_it_was(t
     run the folder holds, and the report names that run's overrides; a refused start in a fresh folder records its
     own."""
     common = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1", "hydra.run.dir=runs/a"]
-    run_cli("train", *common, "trainer.clip=4", cwd=tmp_path)
+    run_in_process("train", *common, "trainer.clip=4", cwd=tmp_path)
     record = tmp_path / "runs" / "a" / ".hydra"
     written = {path.name: path.read_text() for path in record.iterdir()}
     assert sorted(written) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
     assert "trainer.clip=4" in written["overrides.yaml"] and "hidden_size: 16" in written["config.yaml"]
     assert "run:\n    dir: runs/a" in written["hydra.yaml"]
-    refused = run_cli("train", *common, "trainer.clip=4", "model.hidden_size=8", cwd=tmp_path, check=False)
+    refused = run_in_process("train", *common, "trainer.clip=4", "model.hidden_size=8", cwd=tmp_path, check=False)
     assert refused.returncode == 2 and "model.hidden_size: 16 -> 8" in refused.stderr
     assert {path.name: path.read_text() for path in record.iterdir()} == written
     [row] = ptb_rows(tmp_path)
     assert "trainer.clip=4" in row["overrides"] and "hidden_size=8" not in row["overrides"]
     # A sweep's job refused in its fresh folder leaves its own record beside the error; a single run's bad value is
     # refused before any folder is made.
-    fresh = run_cli("train", "-m", *common[:-1], "hydra.sweep.dir=runs", "hydra.sweep.subdir=b",
+    fresh = run_in_process("train", "-m", *common[:-1], "hydra.sweep.dir=runs", "hydra.sweep.subdir=b",
                     "dropout.embedding=1.5", cwd=tmp_path, check=False)
     assert fresh.returncode != 0 and "dropout.embedding" in fresh.stderr
     assert "dropout.embedding=1.5" in (tmp_path / "runs" / "b" / ".hydra" / "overrides.yaml").read_text()
     assert "dropout.embedding" in (tmp_path / "runs" / "b" / "vdrnn.log").read_text()
-    single = run_cli("train", *common[:-1], "hydra.run.dir=runs/c", "dropout.embedding=1.5", cwd=tmp_path, check=False)
+    single = run_in_process("train", *common[:-1], "hydra.run.dir=runs/c", "dropout.embedding=1.5", cwd=tmp_path, check=False)
     assert single.returncode == 2 and "dropout.embedding" in single.stderr and not (tmp_path / "runs" / "c").exists()
 
 
@@ -222,6 +222,33 @@ def test_unfinished_runs_are_left_out_with_a_warning_that_names_them(tmp_path, c
     err = capsys.readouterr().err
     assert "warning: leaving out unfinished runs" in err and str(runs / "s2") in err and "hydra.run.dir=" in err
     assert str(runs / "s1") not in err
+
+
+def end_run(folder, status, reason=""):
+    """Give a fake run's metrics.json the way it ended: failed (no results), stopped or running."""
+    metrics = json.loads((folder / "metrics.json").read_text())
+    kept = {k: metrics[k] for k in ("config", "epochs")}
+    (folder / "metrics.json").write_text(json.dumps({"status": status, "reason": reason, "steps": 10, **kept}))
+
+
+def test_failed_runs_are_counted_in_their_row_and_their_reasons_listed_and_unfinished_ones_left_out(tmp_path,
+                                                                                                     capsys):
+    """Gal discarded unstable runs; the table says how many there were, and its numbers are over the others."""
+    runs = tmp_path / "runs"
+    for seed in (1, 2, 3, 4, 5):
+        fake_ptb_run(runs / f"s{seed}", seed, [])
+    (runs / "s2" / "metrics.json").write_text(
+        (runs / "s2" / "metrics.json").read_text().replace('"valid_ppl"', '"status": "finished", "valid_ppl"'))
+    end_run(runs / "s3", "failed", "training diverged in epoch 2: training loss is nan at step 70")
+    end_run(runs / "s4", "stopped", "stopped by SIGTERM at step 70")
+    end_run(runs / "s5", "running")
+    [row] = ptb_rows(tmp_path)
+    assert row["seeds"] == "2 + 1 failed"
+    assert row["valid"] == mean_std([83.0, 84.0], runs=3) == "83.5 ± 0.7 (n=2)"  # over the two that finished
+    err = capsys.readouterr().err
+    assert "warning: 1 failed run, counted in the tables' seeds column" in err
+    assert f"{runs / 's3'}: training diverged in epoch 2: training loss is nan at step 70" in err
+    assert "warning: leaving out unfinished runs" in err and str(runs / "s4") in err and str(runs / "s5") in err
 
 
 def test_folders_of_only_unfinished_runs_say_so_and_how_to_resume(tmp_path):

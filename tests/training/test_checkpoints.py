@@ -3,6 +3,7 @@ writes, perplexities of broken models, and an unknown device."""
 
 from __future__ import annotations
 
+import errno
 import math
 
 import pytest
@@ -11,7 +12,7 @@ import torch
 from tests.helpers import TINY, composed, fit, trainer_for
 from vdrnn.config import ModelConfig, to_container
 from vdrnn.dropout import DropoutConfig, make_dropout
-from vdrnn.errors import CheckpointError, ConfigError
+from vdrnn.errors import CheckpointError, ConfigError, WriteError
 from vdrnn.tasks.lm.evaluate import exp_or_inf, mc_perplexity, perplexity
 from vdrnn.tasks.lm.model import LanguageModel
 from vdrnn.tasks.lm.train import LanguageModelTrainer
@@ -161,15 +162,15 @@ def test_a_checkpoint_write_that_fails_midway_keeps_the_last_good_checkpoint(tmp
 
     def full_disk(_, f, *args, **kwargs):
         f.write(b"half a checkpoint")
-        raise OSError("No space left on device")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     if write == "save":
         monkeypatch.setattr(torch, "save", full_disk)
-        with pytest.raises(OSError):
+        with pytest.raises(WriteError, match=f"cannot write {path}: No space left on device. Free space on that disk"):
             checkpoint.save(payload, path)
     else:
         monkeypatch.setattr(shutil, "copyfileobj", full_disk)
-        with pytest.raises(OSError):
+        with pytest.raises(WriteError, match="what the file held before is intact"):
             checkpoint.copy(last_pt, path)
     assert path.read_bytes() == good and list(tmp_path.iterdir()) == [path]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import TINY, events_of, history, run_cli
+from tests.helpers import TINY, events_of, history, run_in_process, session_ends
 from vdrnn.errors import ConfigError
 from vdrnn.training.resume import check_resumable
 from vdrnn.training.tracking import read_jsonl
@@ -24,10 +24,10 @@ VARIATIONAL = ["dropout=variational", "dropout.embedding=0.2", "dropout.input=0.
                          ids=["weights", "ema", "gaussian-noise", "learned-alpha"])
 def test_resumed_run_equals_uninterrupted_run(tmp_path, tiny_corpus, variant):
     common = [*TINY, *VARIATIONAL, *variant, f"data.root={tiny_corpus}"]
-    run_cli("train", *common, "trainer.epochs=3", "hydra.run.dir=straight", cwd=tmp_path)
+    run_in_process("train", *common, "trainer.epochs=3", "hydra.run.dir=straight", cwd=tmp_path)
     # Interrupted after epoch 1, then restarted in the same output dir with the full budget.
-    run_cli("train", *common, "trainer.epochs=1", "hydra.run.dir=resumed", cwd=tmp_path)
-    result = run_cli("train", *common, "trainer.epochs=3", "hydra.run.dir=resumed", cwd=tmp_path)
+    run_in_process("train", *common, "trainer.epochs=1", "hydra.run.dir=resumed", cwd=tmp_path)
+    result = run_in_process("train", *common, "trainer.epochs=3", "hydra.run.dir=resumed", cwd=tmp_path)
     assert "after epoch 1 (step" in result.stderr + result.stdout
     assert "with changed settings: trainer.epochs: 1 -> 3" in result.stderr + result.stdout
     straight, resumed = history(tmp_path / "straight"), history(tmp_path / "resumed")
@@ -41,7 +41,7 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, tiny_corpus, variant):
     # TensorBoard: the same points as the uninterrupted run, the interrupted attempt's final test purged.
     assert_same_curves(tmp_path / "straight", tmp_path / "resumed")
     if not variant:  # rerunning the finished command tests it again: its test replaces the last one
-        run_cli("train", *common, "trainer.epochs=3", "hydra.run.dir=resumed", cwd=tmp_path)
+        run_in_process("train", *common, "trainer.epochs=3", "hydra.run.dir=resumed", cwd=tmp_path)
         assert_same_curves(tmp_path / "straight", tmp_path / "resumed")
 
 
@@ -56,9 +56,9 @@ def assert_same_curves(a: Path, b: Path) -> None:
 
 def test_resume_from_another_folder_carries_its_best_checkpoint_and_history(tmp_path, tiny_corpus):
     common = [*TINY, *VARIATIONAL, f"data.root={tiny_corpus}"]
-    run_cli("train", *common, "trainer.epochs=2", "hydra.run.dir=straight", cwd=tmp_path)
-    run_cli("train", *common, "trainer.epochs=1", "hydra.run.dir=first", cwd=tmp_path)
-    run_cli("train", *common, "trainer.epochs=2", f"resume={tmp_path / 'first' / 'last.pt'}",
+    run_in_process("train", *common, "trainer.epochs=2", "hydra.run.dir=straight", cwd=tmp_path)
+    run_in_process("train", *common, "trainer.epochs=1", "hydra.run.dir=first", cwd=tmp_path)
+    run_in_process("train", *common, "trainer.epochs=2", f"resume={tmp_path / 'first' / 'last.pt'}",
             "hydra.run.dir=second", cwd=tmp_path)
     assert [r["epoch"] for r in history(tmp_path / "second")] == [1, 2]  # the first run's epoch came along
     assert (tmp_path / "second" / "best.pt").exists()
@@ -68,10 +68,10 @@ def test_resume_from_another_folder_carries_its_best_checkpoint_and_history(tmp_
 
 def test_a_rerun_continues_from_its_own_folder_not_from_resume(tmp_path, tiny_corpus):
     common = [*TINY, f"data.root={tiny_corpus}"]
-    run_cli("train", *common, "trainer.epochs=1", "hydra.run.dir=first", cwd=tmp_path)
+    run_in_process("train", *common, "trainer.epochs=1", "hydra.run.dir=first", cwd=tmp_path)
     again = [*common, f"resume={tmp_path / 'first' / 'last.pt'}", "hydra.run.dir=second"]
-    run_cli("train", *again, "trainer.epochs=2", cwd=tmp_path)
-    result = run_cli("train", *again, "trainer.epochs=3", cwd=tmp_path)  # the same command, a longer budget
+    run_in_process("train", *again, "trainer.epochs=2", cwd=tmp_path)
+    result = run_in_process("train", *again, "trainer.epochs=3", cwd=tmp_path)  # the same command, a longer budget
     assert "continues from it, not from resume=" in result.stderr + result.stdout
     assert "after epoch 2" in result.stderr + result.stdout
     assert [r["epoch"] for r in history(tmp_path / "second")] == [1, 2, 3]
@@ -81,9 +81,9 @@ def test_a_rerun_after_an_attempt_that_died_before_its_first_checkpoint_starts_c
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
     common = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1", "trainer.max_steps=5", "hydra.run.dir=run"]
-    run_cli("train", *common, cwd=tmp_path)
+    run_in_process("train", *common, cwd=tmp_path)
     (tmp_path / "run" / "last.pt").unlink()  # as if it died after validating epoch 1, before saving last.pt
-    run_cli("train", *common, cwd=tmp_path)
+    run_in_process("train", *common, cwd=tmp_path)
     assert [r["epoch"] for r in history(tmp_path / "run")] == [1]
     # The new events file purges the dead attempt's curves from step 1 on (TensorBoard drops them on reading).
     newest = max((tmp_path / "run").glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime_ns)
@@ -93,19 +93,19 @@ def test_a_rerun_after_an_attempt_that_died_before_its_first_checkpoint_starts_c
 
 def test_resuming_into_a_folder_with_a_dead_attempt_takes_the_sources_best_checkpoint(tmp_path, tiny_corpus):
     common = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1", "trainer.max_steps=5"]
-    run_cli("train", *common, "hydra.run.dir=first", cwd=tmp_path)
-    run_cli("train", *common, "seed=2", "hydra.run.dir=second", cwd=tmp_path)  # another model, other numbers
+    run_in_process("train", *common, "hydra.run.dir=first", cwd=tmp_path)
+    run_in_process("train", *common, "seed=2", "hydra.run.dir=second", cwd=tmp_path)  # another model, other numbers
     (tmp_path / "second" / "last.pt").unlink()  # a dead attempt's best.pt and history stay behind
     assert [r["valid_ppl"] for r in history(tmp_path / "second")] != [r["valid_ppl"] for r in history(tmp_path / "first")]
-    run_cli("train", *common, f"resume={tmp_path / 'first' / 'last.pt'}", "hydra.run.dir=second", cwd=tmp_path)
+    run_in_process("train", *common, f"resume={tmp_path / 'first' / 'last.pt'}", "hydra.run.dir=second", cwd=tmp_path)
     assert (tmp_path / "second" / "best.pt").read_bytes() == (tmp_path / "first" / "best.pt").read_bytes()
     assert history(tmp_path / "second") == history(tmp_path / "first")
 
 
 def test_resuming_under_other_settings_is_refused_with_the_keys(tmp_path, tiny_corpus):
     common = [*TINY, f"data.root={tiny_corpus}", "hydra.run.dir=run"]
-    run_cli("train", *common, "trainer.epochs=1", cwd=tmp_path)
-    result = run_cli("train", *common, "trainer.epochs=2", "trainer.optimizer=adam", "data.batch_size=3",
+    run_in_process("train", *common, "trainer.epochs=1", cwd=tmp_path)
+    result = run_in_process("train", *common, "trainer.epochs=2", "trainer.optimizer=adam", "data.batch_size=3",
                      cwd=tmp_path, check=False)
     assert result.returncode == 2
     assert "cannot resume" in result.stderr and "trainer.optimizer: 'sgd' -> 'adam'" in result.stderr
@@ -116,22 +116,28 @@ def test_resuming_under_other_settings_is_refused_with_the_keys(tmp_path, tiny_c
 
 def test_a_run_whose_best_checkpoint_is_gone_is_not_tested_on_its_last_weights(tmp_path, tiny_corpus):
     common = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1"]
-    run_cli("train", *common, "hydra.run.dir=first", cwd=tmp_path)
+    run_in_process("train", *common, "hydra.run.dir=first", cwd=tmp_path)
     (tmp_path / "first" / "best.pt").unlink()
-    result = run_cli("train", *common, f"resume={tmp_path / 'first' / 'last.pt'}", "hydra.run.dir=second",
+    result = run_in_process("train", *common, f"resume={tmp_path / 'first' / 'last.pt'}", "hydra.run.dir=second",
                      cwd=tmp_path, check=False)
     assert result.returncode == 2 and "best.pt is missing although the run kept there the weights that validated to ppl" in result.stderr
 
 
 def test_divergence_stops_without_losing_the_last_good_checkpoint(tmp_path, tiny_corpus):
     common = [*TINY, f"data.root={tiny_corpus}", "hydra.run.dir=run"]
-    run_cli("train", *common, "trainer.epochs=1", cwd=tmp_path)
+    run_in_process("train", *common, "trainer.epochs=1", cwd=tmp_path)
     good = {name: (tmp_path / "run" / name).read_bytes() for name in ("last.pt", "best.pt")}
-    result = run_cli("train", *common, "trainer.epochs=2", "trainer.lr=1e30", "trainer.clip=1e30", cwd=tmp_path,
+    result = run_in_process("train", *common, "trainer.epochs=2", "trainer.lr=1e30", "trainer.clip=1e30", cwd=tmp_path,
                      check=False)
-    assert result.returncode == 2
+    assert result.returncode == 3
     assert "training diverged in epoch 2" in result.stderr and "last good one" in result.stderr
     assert {name: (tmp_path / "run" / name).read_bytes() for name in good} == good
+    # The first start's finished metrics.json is not left to pass for this one's result.
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["status"] == "failed" and metrics["reason"].startswith("training diverged in epoch 2")
+    assert metrics["epochs"] == 1 and "test_ppl" not in metrics
+    assert session_ends(tmp_path / "run") == ["STATUS_SUCCESS", "STATUS_FAILURE"]  # the first start's, this one's
+    assert "training diverged in epoch 2" in (tmp_path / "run" / "vdrnn.log").read_text()
 
 
 def test_a_history_cut_short_mid_line_is_read_without_its_torn_last_line(tmp_path):
@@ -177,8 +183,8 @@ def test_a_refused_resume_quotes_an_unset_value_as_null():
 
 def test_best_checkpoint_is_not_a_resume_point(tmp_path, tiny_corpus):
     common = [*TINY, f"data.root={tiny_corpus}", "trainer.epochs=1"]
-    run_cli("train", *common, "hydra.run.dir=first", cwd=tmp_path)
-    result = run_cli("train", *common, "trainer.epochs=2", f"resume={tmp_path / 'first' / 'best.pt'}",
+    run_in_process("train", *common, "hydra.run.dir=first", cwd=tmp_path)
+    result = run_in_process("train", *common, "trainer.epochs=2", f"resume={tmp_path / 'first' / 'best.pt'}",
                      "hydra.run.dir=second", cwd=tmp_path, check=False)
     assert result.returncode == 2 and "resume from the run's last.pt" in result.stderr
 

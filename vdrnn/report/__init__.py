@@ -1,8 +1,9 @@
 """`vdrnn report DIR...`: Table 1 from finished runs, beside the paper's numbers, plus validation curves.
 
 Runs are found by their ``metrics.json`` anywhere under the given folders (a run dir, a sweep dir, or
-several; a run under two of them counts once); unfinished runs (``metrics.jsonl`` but no ``metrics.json``) are
-left out with a warning that names them. Runs that differ only by seed form one row, reported as mean ± std over
+several; a run under two of them counts once); unfinished runs (running, or stopped to go on later) are left out
+with a warning that names them, and failed ones (diverged) are counted in their row's seeds column, ``2 + 1 failed``,
+beside the numbers of the others, their reasons listed on the terminal. Runs that differ only by seed form one row, reported as mean ± std over
 seeds (``--pool KEY`` puts runs that differ in KEY too in one row, and names its values there). A row is named
 after its experiment preset's Table 1 row (``paper.row``) or, for ad-hoc runs, after its dropout scheme.
 The last column lists what its runs' command lines changed beyond their preset (say ``trainer.clip=5``, or
@@ -32,7 +33,7 @@ from typing import Any
 from vdrnn.config import key_among
 from vdrnn.errors import VdrnnError
 from vdrnn.report.evaluations import find_evaluations
-from vdrnn.report.found import check_found, find_runs
+from vdrnn.report.found import check_found, find_runs, warn_of_failed
 from vdrnn.report.rows import NOT_SETTINGS, Row, run_settings
 from vdrnn.tasks import TASKS, Task, task_of
 
@@ -74,6 +75,7 @@ def write_report(folders: list[Path], out: Path, pooled: tuple[str, ...] = ()) -
     runs, evaluations = find_runs(folders), find_evaluations(folders)  # read once, each task takes its own
     collected = {task: task.report().collect(of_task(runs, task), pooled) for task in TASKS.values()}
     check_found(folders, bool(runs or evaluations))
+    warn_of_failed(runs)
     check_pooled_keys_exist(folders, [row for groups in collected.values() for rows in groups.values()
                                       for row in rows], pooled)
     out.mkdir(parents=True, exist_ok=True)

@@ -27,9 +27,21 @@ def files_named(name: str, folders: list[Path]) -> list[Path]:
     return list(found.values())
 
 
+# A run's metrics.json says how it ended (vdrnn.training.tracking): finished, failed (with the reason), or not yet:
+# running, or stopped by a signal to go on later. Runs from before vdrnn recorded it wrote metrics.json only once
+# finished.
+FINISHED, FAILED, UNFINISHED = "finished", "failed", ("running", "stopped")
+
+
+def status_of(metrics: dict[str, Any]) -> str:
+    return metrics.get("status", FINISHED)
+
+
 def find_runs(folders: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
-    """(path of metrics.json, its content) of every finished run under ``folders``."""
-    return [(path, read_metrics(path)) for path in files_named("metrics.json", folders)]
+    """(path of metrics.json, its content) of every run under ``folders`` that ended: finished or failed (the
+    tables count failed runs in their rows rather than leave them out)."""
+    found = [(path, read_metrics(path)) for path in files_named("metrics.json", folders)]
+    return [(path, metrics) for path, metrics in found if status_of(metrics) not in UNFINISHED]
 
 
 def read_metrics(path: Path) -> dict[str, Any]:
@@ -43,10 +55,19 @@ def read_metrics(path: Path) -> dict[str, Any]:
 
 
 def unfinished_runs(folders: list[Path]) -> list[Path]:
-    """The run folders under ``folders`` with epochs (metrics.jsonl) but no final numbers (metrics.json): runs
-    stopped or still going, which the tables leave out."""
-    return [path.parent for path in files_named("metrics.jsonl", folders)
-            if not (path.parent / "metrics.json").exists()]
+    """The run folders under ``folders`` whose metrics.json says they are running or stopped (to go on later), or
+    with epochs (metrics.jsonl) but no metrics.json: runs the tables leave out."""
+    said = [path.parent for path in files_named("metrics.json", folders)
+            if status_of(read_metrics(path)) in UNFINISHED]
+    silent = [path.parent for path in files_named("metrics.jsonl", folders)
+              if not (path.parent / "metrics.json").exists()]
+    return sorted(said + silent, key=numbers_as_numbers)
+
+
+def failed_runs(found: list[tuple[Path, dict[str, Any]]]) -> list[tuple[Path, str]]:
+    """(folder, reason) of each failed run among ``found``."""
+    return [(path.parent, metrics.get("reason", "no reason recorded")) for path, metrics in found
+            if status_of(metrics) == FAILED]
 
 
 def runs_without_epochs(folders: list[Path]) -> list[Path]:
@@ -59,20 +80,30 @@ def runs_without_epochs(folders: list[Path]) -> list[Path]:
 RESUME_HINT = "to finish one, run its `vdrnn train` command again with hydra.run.dir=<run> (it resumes from last.pt)"
 
 
+def warn_of_failed(found: list[tuple[Path, dict[str, Any]]]) -> None:
+    """Failed runs are counted in their rows (``seeds`` says ``2 + 1 failed``); the reasons are for the terminal."""
+    failed = failed_runs(found)
+    if failed:
+        print(f"warning: {len(failed)} failed run{'s' if len(failed) > 1 else ''}, counted in the tables' seeds column "
+              f"and left out of their numbers:", file=sys.stderr)
+        for folder, reason in failed:
+            print(f"  {folder}: {reason}", file=sys.stderr)
+
+
 def check_found(folders: list[Path], found: bool) -> None:
     """Stop where ``folders`` hold no finished run (``found`` is false), saying why: only unfinished runs, or none.
     Where there are finished runs, warn of the unfinished ones left out."""
     unfinished = ", ".join(map(str, unfinished_runs(folders)))
     where = ", ".join(map(str, folders))
     if not found and unfinished:
-        raise SystemExit(f"error: no finished run under {where}, only unfinished ones (metrics.jsonl but no "
-                         f"metrics.json): {unfinished}; {RESUME_HINT}")
+        raise SystemExit(f"error: no finished run under {where}, only unfinished ones (running, or stopped to go "
+                         f"on later): {unfinished}; {RESUME_HINT}")
     empty = ", ".join(map(str, runs_without_epochs(folders)))
     if not found:
         raise SystemExit(f"error: no metrics.json or eval.json under {where}; point at run, sweep or evaluation dirs"
                          + (f" (runs that finished no epoch: {empty}; each one's vdrnn.log says why)" if empty else ""))
     if unfinished:
-        print(f"warning: leaving out unfinished runs (metrics.jsonl but no metrics.json): {unfinished}; "
+        print(f"warning: leaving out unfinished runs (running, or stopped to go on later): {unfinished}; "
               f"{RESUME_HINT}", file=sys.stderr)
     if empty:
         print(f"warning: leaving out runs that finished no epoch (refused, or stopped in their first): {empty}; "

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from vdrnn.config import key_among
 from vdrnn.dropout import SCHEMES
 from vdrnn.eval_settings import MC_ONLY
-from vdrnn.report.found import numbers_as_numbers
+from vdrnn.report.found import FAILED, numbers_as_numbers, status_of
 from vdrnn.tasks import task_of
 from vdrnn.training.tracking import flatten, read_jsonl
 
@@ -58,6 +58,16 @@ class Row:
     def values(self, key: str) -> list[float]:
         return [r[key] for r in self.runs if r.get(key) is not None]
 
+    @property
+    def finished(self) -> list[dict[str, Any]]:
+        return [r for r in self.runs if status_of(r) != FAILED]
+
+    def seeds_cell(self) -> str:
+        """How many runs the row's numbers are over, and how many failed (diverged) beside them: ``3``, ``2 + 1
+        failed``. Gal & Ghahramani discarded unstable runs; a table says how many."""
+        failed = len(self.runs) - len(self.finished)
+        return f"{len(self.finished)} + {failed} failed" if failed else str(len(self.runs))
+
     def settings(self) -> dict[str, str]:
         """The settings of its runs together: they agree wherever two of them have a key (row_for), so a setting
         that only some runs logged (an option their older seeds predate) still tells the row apart."""
@@ -68,7 +78,7 @@ class Row:
 
     def run_cells(self) -> list[str]:
         """The cells under RUN_COLUMNS: the epochs as mean ± std, so that a seed a time cap stopped early stands out."""
-        return [mean_std(self.values("epochs"), 0, len(self.runs)), train_and_test_minutes(self.runs),
+        return [mean_std(self.values("epochs"), 0, len(self.runs)), train_and_test_minutes(self.finished),
                 self.overrides or "–"]
 
 
@@ -120,7 +130,7 @@ def scheme_name(config: dict[str, Any]) -> str:
 # Config entries that never make two runs different experiments: which seed, where and how they ran. A wall-clock
 # cap (trainer.max_minutes) is one too: a seed it stopped early shows in the epochs column (mean ± std over the
 # seeds) and the cap in the overrides column.
-NOT_SETTINGS = ("seed", "device", "resume", "checkpoint", "paper", "data.root", "trainer.progress",
+NOT_SETTINGS = ("seed", "device", "resume", "checkpoint", "paper", "objective", "data.root", "trainer.progress",
                 "trainer.log_every", "trainer.max_minutes")
 
 
@@ -260,7 +270,7 @@ def group_runs(runs: list[tuple[Path, dict[str, Any]]], identity: Callable[[dict
         row.runs.append(metrics)
         row.dirs.append(path.parent)
         history = path.parent / "metrics.jsonl"
-        if history.exists():
+        if history.exists() and status_of(metrics) != FAILED:  # a diverged run's epochs would bend the mean curve
             row.curves.append([point(epoch) for epoch in read_jsonl(history)])
     for group in found.values():
         distinguish(group)
@@ -310,4 +320,4 @@ def train_and_test_minutes(runs: list[dict]) -> str:
     """Mean over seeds of the training steps' time plus the final test's: a run's cost without its per-epoch
     validation (and, for sentiment, per-epoch test curve), which its log's span includes."""
     seconds = [(r.get("train_seconds") or 0) + (r.get("eval_seconds") or 0) for r in runs]
-    return f"{statistics.mean(seconds) / 60:.1f}"
+    return f"{statistics.mean(seconds) / 60:.1f}" if seconds else "–"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vdrnn.errors import ConfigError
+from vdrnn.errors import ConfigError, RunStopped, VdrnnError
 
 if TYPE_CHECKING:
     import torch
@@ -92,14 +92,25 @@ class Task:
     def train(self, raw: dict[str, Any], run_dir: Path, accepted: Callable[[], None] = lambda: None) -> dict[str, Any]:
         """`vdrnn train`: setup, then ``accepted()`` (the start is not refused: its settings valid, and a resume's
         those its checkpoint allows), then train and test; metrics.json's contents."""
+        from vdrnn.training.lock import RunLock
+
         cfg = self.parse(raw)  # a config error comes back before the trainer imports torch
         trainer = self.trainer()(self, cfg, run_dir, raw)
-        trainer.setup()
-        accepted()
-        try:
-            return trainer.train()
-        finally:
-            trainer.cleanup()
+        with RunLock(run_dir), trainer.stops:
+            trainer.setup()
+            accepted()
+            try:
+                return trainer.train()
+            except (RunStopped, KeyboardInterrupt, SystemExit) as stop:
+                # SystemExit: a launcher's own handler (submitit's) ending the job to requeue it
+                trainer.record_end("stopped", str(stop) if isinstance(stop, RunStopped) else
+                                   f"stopped ({type(stop).__name__}); {trainer.folder.last} holds the last saved step")
+                raise
+            except VdrnnError as err:
+                trainer.record_end("failed", str(err))
+                raise
+            finally:
+                trainer.cleanup()
 
     def evaluate(self, raw: dict[str, Any], path: Path, payload: dict[str, Any]) -> dict[str, Any]:
         """`vdrnn eval` of checkpoint ``path`` (read already: ``payload``); ``raw``: its config with the command

@@ -38,35 +38,71 @@ class TrainWindow:
         return mean, wps
 
 
-def run_steps(batches: Iterable, step: Step, device: torch.device, log_every: int, on_step: Callable[[], bool],
-              on_window: Callable[[float, float, torch.Tensor], None]) -> dict[str, float]:
-    """Run ``step`` over ``batches``; ``on_step()`` after each (True: stop, the step cap), ``on_window(mean loss,
-    words/s, last grad norm)`` at each read of the loss (which raises where the loss is not finite). Returns the
-    epoch's ``train_loss`` (weighted mean), ``wps`` and ``epoch_seconds``."""
-    window, totals = TrainWindow(device), {"loss": 0.0, "weight": 0, "words": 0}
-    started = time.perf_counter()
+class EpochSums:
+    """What an epoch in progress has added up: the open window and the closed windows' totals, the batches done and
+    the training time. A mid-epoch checkpoint keeps them (:meth:`state`), so that an epoch resumed after a stop
+    reports the loss an uninterrupted one does, to the last bit."""
+
+    def __init__(self, device: torch.device, saved: dict[str, Any] | None = None):
+        self.window = TrainWindow(device)
+        self.loss, self.weight, self.words, self.batches, self.seconds_before = 0.0, 0, 0, 0, 0.0
+        if saved is not None:
+            self.window.loss.copy_(saved["window_loss"])
+            self.window.weight, self.window.words, self.window.steps = (saved["window_weight"],
+                                                                        saved["window_words"], saved["window_steps"])
+            self.loss, self.weight, self.words = saved["loss"], saved["weight"], saved["words"]
+            self.batches, self.seconds_before = saved["batches"], saved["seconds"]
+        self.started = time.perf_counter()
+
+    def close_window(self) -> tuple[float, float]:
+        """Read the window (mean loss, words/s) into the totals."""
+        weight, words = self.window.weight, self.window.words
+        mean_loss, wps = self.window.read()
+        self.loss += mean_loss * weight
+        self.weight += weight
+        self.words += words
+        return mean_loss, wps
+
+    def seconds(self) -> float:
+        return self.seconds_before + time.perf_counter() - self.started
+
+    def window_finite(self) -> bool:
+        """Is the open window's loss finite? (A host sync: checked before a checkpoint keeps it.)"""
+        return bool(torch.isfinite(self.window.loss))
+
+    def state(self) -> dict[str, Any]:
+        return {"window_loss": self.window.loss.detach().cpu(), "window_weight": self.window.weight,
+                "window_words": self.window.words, "window_steps": self.window.steps, "loss": self.loss,
+                "weight": self.weight, "words": self.words, "batches": self.batches, "seconds": self.seconds()}
+
+
+# What on_step tells run_steps after a step: go on, end the epoch there (the step cap), or pause it (a stop request:
+# the epoch goes on later from its sums).
+GO_ON, END_EPOCH, PAUSE = "go on", "end epoch", "pause"
+
+
+def run_steps(batches: Iterable, step: Step, sums: EpochSums, log_every: int, on_step: Callable[[], str],
+              on_window: Callable[[float, float, torch.Tensor | None], None]) -> dict[str, float] | None:
+    """Run ``step`` over ``batches`` (those of the epoch after the ``sums.batches`` done already); ``on_step()``
+    after each says whether to go on, ``on_window(mean loss, words/s, last grad norm)`` comes at each read of the
+    loss (and raises where the loss is not finite). Returns the epoch's ``train_loss`` (weighted mean), ``wps`` and
+    ``epoch_seconds`` once the epoch is over, or None where it was paused (``sums`` then holds where it is)."""
     grad_norm = None
-
-    def read_window() -> None:
-        weight, words = window.weight, window.words
-        mean_loss, wps = window.read()
-        on_window(mean_loss, wps, grad_norm)
-        totals["loss"] += mean_loss * weight
-        totals["weight"] += weight
-        totals["words"] += words
-
     for batch in batches:
         loss, grad_norm, weight, words = step(batch)
-        window.add(loss, weight, words)
-        stop = on_step()
-        if window.steps == log_every:
-            read_window()
-        if stop:
+        sums.window.add(loss, weight, words)
+        sums.batches += 1
+        then = on_step()
+        if sums.window.steps == log_every:
+            on_window(*sums.close_window(), grad_norm)
+        if then == PAUSE:
+            return None
+        if then == END_EPOCH:
             break
-    if window.steps:
-        read_window()
-    seconds = time.perf_counter() - started
-    return {"train_loss": totals["loss"] / totals["weight"], "wps": totals["words"] / seconds, "epoch_seconds": seconds}
+    if sums.window.steps:
+        on_window(*sums.close_window(), grad_norm)
+    seconds = sums.seconds()
+    return {"train_loss": sums.loss / sums.weight, "wps": sums.words / seconds, "epoch_seconds": seconds}
 
 
 class RunEstimate:

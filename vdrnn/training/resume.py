@@ -1,8 +1,9 @@
 """Resuming a run: which checkpoint it continues from, which settings it may change, and what of an earlier attempt
 in its folder it keeps.
 
-Checkpoints are written only after an epoch has finished and validated (best.pt, then last.pt), so a run stopped at
-any moment resumes from the last finished epoch, and a resumed run gives the numbers of an uninterrupted one.
+Checkpoints are written after an epoch has finished and validated (best.pt, then last.pt), and by a signal's stop in
+the middle of an epoch (last.pt with its ``epoch_in_progress``), so a run resumes from the last finished epoch or the
+step it was stopped at, and a resumed run gives the numbers of an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ log = logging.getLogger("vdrnn")
 # is evaluated, the knobs that the divergence message suggests (lr, clip, amp), and init_from, which only starts a
 # run (a resume restores its own weights). Any other change would make the checkpoint's state belong to another
 # experiment.
-RESUMABLE_CHANGES = ("resume", "checkpoint", "init_from", "device", "paper", "data.root", "data.eval_batch_size",
+RESUMABLE_CHANGES = ("resume", "checkpoint", "init_from", "device", "paper", "objective", "data.root", "data.eval_batch_size",
                      "data.test_batch_size", "model.impl", "trainer.epochs", "trainer.max_steps", "trainer.max_minutes",
                      "trainer.progress", "trainer.log_every", "trainer.lr", "trainer.clip", "trainer.amp",
                      "trainer.cuda_graph", "eval")

@@ -2,7 +2,9 @@
 
 Each run's output dir is its own TensorBoard run, so ``tensorboard --logdir <sweep dir>`` lists one
 run per job. The hparams table is written into that run's own event file (``SummaryWriter.add_hparams``
-would create an extra run per call).
+would create an extra run per call), its session's end only once the run has ended: SUCCESS when it finished,
+FAILURE when it failed, none while it runs or is stopped to go on later. metrics.json says the same from the start
+(``"status": "running"``) to the end (``finished``, ``failed`` or ``stopped``, with the reason).
 """
 
 from __future__ import annotations
@@ -12,10 +14,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+from tensorboard.plugins.hparams import metadata
+from tensorboard.plugins.hparams.api_pb2 import Status
+from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData, SessionEndInfo
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
-from vdrnn.files import write_atomically
+from vdrnn.files import append_line, write_atomically
 
 log = logging.getLogger("vdrnn")
 
@@ -50,7 +56,8 @@ class RunLogger:
         self.writer = SummaryWriter(log_dir=str(self.run_dir), purge_step=purge_step)
         if fresh:
             hp = {k: v for k, v in flatten(config).items() if not k.startswith("hydra")}
-            for summary in hparams(hp, {tag: 0.0 for tag in final_tags}):
+            experiment, session_start, _ = hparams(hp, {tag: 0.0 for tag in final_tags})  # its end: end_session
+            for summary in (experiment, session_start):
                 self.writer.file_writer.add_summary(summary)
 
     def scalars(self, values: dict[str, float], step: int) -> None:
@@ -58,15 +65,29 @@ class RunLogger:
             self.writer.add_scalar(tag, value, step)
 
     def epoch(self, record: dict[str, Any]) -> None:
-        with open(self.run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_line(self.run_dir / "metrics.jsonl", json.dumps(record))
 
     def final(self, metrics: dict[str, Any], step: int) -> None:
-        """The final numbers: TensorBoard's test/* scalars at ``step`` (best/* are logged by every epoch already)
-        and metrics.json."""
+        """The final numbers: TensorBoard's test/* scalars at ``step`` (best/* are logged by every epoch already),
+        the hparams session's successful end, and metrics.json."""
         self.scalars({tag: metrics[key] for tag, key in self.final_tags.items()
                       if metrics.get(key) is not None and not tag.startswith("best/")}, step)
+        self.end_session("STATUS_SUCCESS")
         write_atomically(self.run_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+
+    def status(self, status: str, record: dict[str, Any], failed: bool = False) -> None:
+        """metrics.json of a run without its result: ``{"status": status, **record}``; a failed run's hparams session
+        ends with FAILURE."""
+        if failed:
+            self.end_session("STATUS_FAILURE")
+        write_atomically(self.run_dir / "metrics.json", json.dumps({"status": status, **record}, indent=2) + "\n")
+
+    def end_session(self, status: str) -> None:
+        end = HParamsPluginData(session_end_info=SessionEndInfo(status=Status.Value(status)),
+                                version=metadata.PLUGIN_DATA_VERSION)
+        plugin = SummaryMetadata.PluginData(plugin_name=metadata.PLUGIN_NAME, content=end.SerializeToString())
+        self.writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=metadata.SESSION_END_INFO_TAG,
+                                                                         metadata=SummaryMetadata(plugin_data=plugin))]))
         self.writer.flush()
 
     def close(self) -> None:

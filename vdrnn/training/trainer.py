@@ -2,14 +2,17 @@
 
     setup:   device and seed -> the checkpoint to resume from, refused now if its settings differ -> data -> model
              -> optimizer -> the checkpoint's state restored
-    train:   for each epoch: train -> validate -> best.pt if the score improved -> metrics.jsonl -> last.pt
-             at the end:     load best.pt -> test -> metrics.json
+    train:   metrics.json says "running"; for each epoch: train -> validate -> best.pt if the score improved
+             -> metrics.jsonl -> last.pt; at the end: load best.pt -> test -> metrics.json says "finished"
     cleanup: close the TensorBoard writer
 
 A task's trainer (``vdrnn/tasks/<task>/train.py``) subclasses :class:`EpochTrainer` and supplies one training epoch,
 the validation score and the final test. Resuming from ``last.pt`` restores model, optimizer, RNG states and progress
-exactly, so an interrupted run and an uninterrupted one give the same numbers. Checkpoints are written only after an
-epoch has finished and validated to a finite score, so a diverging run stops with its last good checkpoint in place.
+exactly, so an interrupted run and an uninterrupted one give the same numbers. A signal (:mod:`.stopping`) pauses the
+epoch after the step in progress and last.pt then holds the epoch so far (``epoch_in_progress``: the task's data
+position and carried state, the loss sums), from which a rerun goes on. Checkpoints are written only of finite losses
+and validation scores, so a diverging run stops with its last good checkpoint in place and metrics.json saying
+"failed" and why.
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ import torch
 from tqdm import tqdm
 
 from vdrnn.config import option_defaults
-from vdrnn.errors import TrainingDiverged
+from vdrnn.errors import TrainingDiverged, WriteError
 from vdrnn.training import checkpoint
 from vdrnn.training.device import device_name, prepare_device, rng_state
-from vdrnn.training.loop import RunEstimate, run_steps
+from vdrnn.training.loop import END_EPOCH, GO_ON, PAUSE, EpochSums, RunEstimate, run_steps
 from vdrnn.training.optim import Optimization
 from vdrnn.training.resume import RunFolder, restore_state
+from vdrnn.training.stopping import StopSignals
 from vdrnn.training.tracking import RunLogger
 
 if TYPE_CHECKING:
@@ -86,6 +90,8 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         self.progress = Progress()
         self.logger: RunLogger | None = None
         self.estimate: RunEstimate | None = None
+        self.stops = StopSignals()  # entered by Task.train around the whole run
+        self.in_progress: dict[str, Any] | None = None  # a paused epoch to go on with (epoch_in_progress)
 
     # ----------------------------------------------------------------------------- the recipe
     def setup(self) -> None:
@@ -112,13 +118,20 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         # goes, from metrics.jsonl and from TensorBoard's curves, so that no epoch or step appears twice.
         self.folder.truncate_history(self.progress.epoch)
         self.logger = RunLogger(self.folder.path, self.raw_config, self.final_tags(), purge_step=self.progress.step + 1)
+        # Until the end says otherwise, the run is not finished: an earlier attempt's finished metrics.json (a run
+        # resumed for more epochs) must not pass for this one's result.
+        self.logger.status("running", self.progress_summary())
         n_params = sum(p.numel() for p in self.model.parameters())
         log.info("model: %s, %.2fM parameters; dropout %s; device %s; output %s", self.describe_model(),
                  n_params / 1e6, cfg.dropout.scheme, self.device, self.folder.path)
         if self.device.type == "cpu":  # says after a few steps how long the run takes here
             self.estimate = RunEstimate(self.steps_left(), self.length(), self.task.first_run)
         while not self.progress.done(cfg.trainer, self.stopped_early()):
-            self.run_epoch()
+            with self.stops.during_steps():
+                self.run_epoch()
+            signum = self.stops.take()  # one that came during validation or the checkpoints
+            if signum is not None:
+                self.stops.pass_on(signum, f"after epoch {self.progress.epoch}, which {self.folder.last} holds")
         if self.progress.step_cap_reached(cfg.trainer) and self.progress.epoch < cfg.trainer.epochs:
             # Checkpoints mark the ends of epochs, so an epoch the cap cut short counts as done: a rerun with a higher
             # cap goes on with the next one, and the run then differs from one without the cap.
@@ -132,13 +145,31 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         if self.logger is not None:
             self.logger.close()
 
+    def record_end(self, status: str, reason: str) -> None:
+        """metrics.json for a run that ended without its result: ``stopped`` (by a signal; the same command goes on)
+        or ``failed`` (diverged, or a file could not be written), with ``reason``."""
+        if self.logger is None:  # it ended before training began: nothing of this start to record
+            return
+        try:
+            self.logger.status(status, {**self.progress_summary(), "reason": reason}, failed=status == "failed")
+        except WriteError as err:  # a full disk that ended the run may refuse this too
+            log.warning("%s", err)
+
+    def progress_summary(self) -> dict[str, Any]:
+        return {"epochs": self.progress.epoch, "steps": self.progress.step, "config": self.raw_config}
+
     # ----------------------------------------------------------------------------- task hooks
     def steps_per_epoch(self) -> int:
         raise NotImplementedError
 
-    def train_epoch(self, lr: float, bar: tqdm) -> dict[str, float]:
-        """One pass over the training data (through :meth:`train_loop`): at least ``train_loss``, ``wps``,
-        ``epoch_seconds``."""
+    def train_epoch(self, lr: float, bar: tqdm, sums: EpochSums, position: dict[str, Any] | None) -> dict | None:
+        """One pass over the training data (through :meth:`train_loop`), from ``position`` (what
+        :meth:`epoch_position` said when the epoch was paused; None: its start): at least ``train_loss``, ``wps``,
+        ``epoch_seconds``, or None where a stop request paused it."""
+        raise NotImplementedError
+
+    def epoch_position(self) -> dict[str, Any]:
+        """Where the epoch in progress is (tensors and Python values): what :meth:`train_epoch` goes on from."""
         raise NotImplementedError
 
     def validate(self) -> dict[str, float]:
@@ -199,30 +230,35 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
     def kl_scale(self) -> float:
         return self.cfg.dropout.kl_weight / self.train_examples
 
-    def train_loop(self, batches, step, lr: float, bar: tqdm) -> dict[str, float]:
-        """Run ``step(batch) -> (mean loss tensor, grad norm, weight, words)`` over an epoch's batches, counting the
-        steps, logging train/* to TensorBoard and the bar at each read of the loss (a NaN or infinite one stops the
-        run there: :class:`~vdrnn.errors.TrainingDiverged`)."""
+    def train_loop(self, batches, step, lr: float, bar: tqdm, sums: EpochSums) -> dict[str, float] | None:
+        """Run ``step(batch) -> (mean loss tensor, grad norm, weight, words)`` over an epoch's batches (those after
+        the ``sums.batches`` done), counting the steps, logging train/* to TensorBoard and the bar at each read of
+        the loss (a NaN or infinite one stops the run there: :class:`~vdrnn.errors.TrainingDiverged`). None where a
+        stop request paused the epoch."""
 
-        def on_step() -> bool:
+        def on_step() -> str:
             self.progress.step += 1
             self.optimization.after_step()
             bar.update(1)
             said = self.estimate.step() if self.estimate is not None else None
             if said:
                 log.info("%s", said)
-            return self.progress.step_cap_reached(self.cfg.trainer)
+            if self.progress.step_cap_reached(self.cfg.trainer):
+                return END_EPOCH
+            return PAUSE if self.stops.received is not None else GO_ON
 
         def on_window(mean_loss: float, wps: float, grad_norm: torch.Tensor) -> None:
             if not math.isfinite(mean_loss):
                 raise self.diverged(f"training loss is {mean_loss} at step {self.progress.step}")
             # train/loss is the window's mean; train/grad_norm the norm (before clipping) of its last step: a sample,
             # since a mean would read every step's norm off the device; train/lr the epoch's base lr.
+            # (No grad norm where a resumed epoch had no step left before its last window was read.)
             self.logger.scalars({"train/loss": mean_loss, **self.loss_scalars(mean_loss), "train/lr": lr,
-                                 "train/grad_norm": float(grad_norm), "train/wps": wps}, self.progress.step)
+                                 **({"train/grad_norm": float(grad_norm)} if grad_norm is not None else {}),
+                                 "train/wps": wps}, self.progress.step)
             bar.set_postfix(loss=f"{mean_loss:.4f}", wps=f"{wps:,.0f}", lr=f"{lr:.4g}")
 
-        return run_steps(batches, step, self.device, self.cfg.trainer.log_every, on_step, on_window)
+        return run_steps(batches, step, sums, self.cfg.trainer.log_every, on_step, on_window)
 
     def length(self) -> str:
         """What the run's training is, as the CPU estimate names it: ``39 epochs``, or ``150 steps`` under a cap."""
@@ -249,15 +285,25 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         cfg, progress = self.cfg, self.progress
         epoch = progress.epoch + 1
         lr = cfg.trainer.lr_at(epoch)
+        resumed, self.in_progress = self.in_progress, None
+        sums = EpochSums(self.device, resumed["sums"] if resumed else None)
+        position = resumed["data"] if resumed else None
         steps = self.steps_per_epoch()
         if cfg.trainer.max_steps is not None:  # the bar's end is where the step cap stops this epoch
-            steps = max(0, min(steps, cfg.trainer.max_steps - progress.step))
-        bar = tqdm(total=steps, desc=f"epoch {epoch}/{cfg.trainer.epochs}", unit="step",
+            steps = max(0, min(steps, sums.batches + cfg.trainer.max_steps - progress.step))
+        bar = tqdm(total=steps, initial=sums.batches, desc=f"epoch {epoch}/{cfg.trainer.epochs}", unit="step",
                    disable=not cfg.trainer.progress, leave=False, dynamic_ncols=True)
         started = time.perf_counter()
         with bar:
-            stats = self.train_epoch(lr, bar)
-        progress.train_seconds += time.perf_counter() - started
+            stats = self.train_epoch(lr, bar, sums, position)
+            while stats is None:  # paused by a signal: save the epoch so far, then stop, or go on where told to
+                signum = self.stops.take()
+                position = self.epoch_position()
+                self.save_paused(epoch, sums, position)
+                self.stops.pass_on(signum, f"at step {progress.step} (epoch {epoch}, batch {sums.batches} of "
+                                           f"{self.steps_per_epoch()}), which {self.folder.last} holds")
+                stats = self.train_epoch(lr, bar, sums, position)
+        progress.train_seconds += stats["epoch_seconds"]
         with self.optimization.evaluation_weights():
             valid = self.validate()
             # None where the run holds no validation data out (a sentiment run with data.valid_fraction=0, which
@@ -275,11 +321,11 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
             if improved:  # the weights as validated
                 # Marked: taken inside evaluation_weights (ASGD's averages) and before after_validation, it is not
                 # the state to continue training from; last.pt is.
-                checkpoint.save({**self.state(), "resumable": False}, self.folder.best)
+                self.save({**self.state(), "resumable": False}, self.folder.best)
         self.after_validation(score)
-        progress.run_seconds += time.perf_counter() - started
+        progress.run_seconds += sums.seconds_before + time.perf_counter() - started
         self.log_epoch(epoch, lr, stats, valid, improved)
-        checkpoint.save(self.state(), self.folder.last)
+        self.save(self.state(), self.folder.last)
 
     def log_epoch(self, epoch: int, lr: float, stats: dict[str, float], valid: dict[str, float],
                   improved: bool) -> None:
@@ -302,6 +348,21 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
                  "  (best)" if improved and self.cfg.trainer.select != "last" else "")
 
     # ----------------------------------------------------------------------------- checkpoints
+    def save(self, payload: dict[str, Any], path: Path) -> None:
+        """Write a checkpoint whole: a signal that comes meanwhile waits for the write to end."""
+        with self.stops.held():
+            checkpoint.save(payload, path)
+
+    def save_paused(self, epoch: int, sums: EpochSums, position: dict[str, Any]) -> None:
+        """last.pt of an epoch paused after ``sums.batches`` batches: the state, and what the rest of the epoch goes
+        on from. Not where the loss has gone NaN (the run has diverged then, and the last good checkpoint stays)."""
+        if not sums.window_finite():
+            raise self.diverged(f"training loss is not finite by step {self.progress.step}")
+        self.save({**self.state(), "epoch_in_progress": {"epoch": epoch, "sums": sums.state(), "data": position}},
+                  self.folder.last)
+        log.info("saved the run at step %d (epoch %d, batch %d of %d) in %s", self.progress.step, epoch,
+                 sums.batches, self.steps_per_epoch(), self.folder.last)
+
     def state(self) -> dict[str, Any]:
         """A checkpoint's contents: model, optimizer and RNG state, progress, vocabulary, config."""
         return {"model": self.model.state_dict(), **self.optimization.state(), "rng": rng_state(self.device),
@@ -316,7 +377,10 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         payload, changes = self.read_resume(path) if read is None else read
         self.progress = Progress(**restore_state(payload, path, self.model, self.optimization, self.device,
                                                  self.data.vocab, self.load_extra_state))
-        log.info("resumed from %s after epoch %d (step %d)%s", path, self.progress.epoch, self.progress.step,
+        self.in_progress = payload.get("epoch_in_progress")
+        where = (f"in epoch {self.in_progress['epoch']} after batch {self.in_progress['sums']['batches']}"
+                 if self.in_progress else f"after epoch {self.progress.epoch}")
+        log.info("resumed from %s %s (step %d)%s", path, where, self.progress.step,
                  f", with changed settings: {changes}" if changes else "")
 
     # ----------------------------------------------------------------------------- testing
@@ -339,6 +403,7 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
             "smoke": self.task.is_smoke(self.raw_config),
             "paper": self.raw_config.get("paper"),
             "config": self.raw_config,
+            "status": "finished",
         })
         # One step past the last training step: a rerun of a finished run, or a resume for more epochs, purges
         # TensorBoard from there (purge_step), so its new test replaces this one instead of adding a second point.

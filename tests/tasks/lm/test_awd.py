@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 
-from tests.helpers import TINY, history, run_cli
+from tests.helpers import TINY, history, run_in_process
 from vdrnn.config import ModelConfig
 from vdrnn.dropout import DropoutConfig, make_dropout
 from vdrnn.tasks.lm.datasets import tokenize
@@ -96,7 +96,7 @@ def test_weight_drop_trains_through_cudnn_on_the_gpu():
 
 def awd_cli(tmp_path, corpus, *extra, experiment="awd_ptb", run="run"):
     tiny = [a for a in TINY if not a.startswith(("model=", "model.hidden_size", "data.bptt"))]
-    return run_cli("train", f"experiment={experiment}", *tiny, "model.hidden_size=16", "model.embedding_size=8",
+    return run_in_process("train", f"experiment={experiment}", *tiny, "model.hidden_size=16", "model.embedding_size=8",
                    "data.bptt=6", f"data.root={corpus}", f"hydra.run.dir={run}", *extra, cwd=tmp_path)
 
 

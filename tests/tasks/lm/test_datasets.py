@@ -105,6 +105,25 @@ def test_imdb_without_its_files_says_it_asks_the_hub_and_then_where_to_put_them(
     assert "IMDB is in neither data.root nor $VDRNN_DATA_DIR/imdb: loading Hugging Face's copy" in caplog.text
 
 
+def test_a_file_that_is_not_utf8_names_the_byte_its_line_and_the_fix(tmp_path):
+    (tmp_path / "ptb.train.txt").write_text(" a b c \n b c \n")
+    (tmp_path / "ptb.valid.txt").write_bytes(" a b \n b caf\xe9 \n".encode("latin-1"))
+    (tmp_path / "ptb.test.txt").write_text(" c \n")
+    with pytest.raises(DataError, match=r"ptb.valid.txt is not UTF-8 text: byte 0xe9 at line 2, column 7; PTB's "
+                                        r"files are plain text: .*iconv -f latin1 -t utf-8"):
+        load(str(tmp_path), allow_custom_corpus=True)
+
+
+def test_minibatches_from_a_row_are_the_tail_of_the_epoch():
+    """A paused epoch goes on from the row its next minibatch starts at: the same minibatches as the whole epoch's."""
+    data = batchify(torch.arange(40), 2)
+    whole = list(minibatches(data, 6))
+    tail = list(minibatches(data, 6, start=12))
+    assert len(tail) == len(whole) - 2
+    for (x, y), (x2, y2) in zip(whole[2:], tail, strict=True):
+        assert torch.equal(x, x2) and torch.equal(y, y2)
+
+
 def test_batchify_streams_are_contiguous_columns():
     data = batchify(torch.arange(11), 3)
     assert data.tolist() == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]  # 11 mod 3 = 2 tokens dropped

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from tests.helpers import cli_in_process, composed, events_of, history, real_data, run_cli
+from tests.helpers import cli_in_process, composed, events_of, history, real_data, run_in_process
 from vdrnn import report
 from vdrnn.tasks.sentiment.datasets import imdb, scale
 
@@ -44,7 +44,7 @@ def test_real_imdb_has_25k_balanced_reviews_per_split_and_scale_5006(imdb_dir, s
 @pytest.fixture(scope="module")
 def imdb_run(tmp_path_factory, imdb_dir):
     cwd = tmp_path_factory.mktemp("cwd")
-    run_cli("train", "dataset=imdb", "cell=gru", "dropout=variational", *SMALL, f"data.root={imdb_dir}",
+    run_in_process("train", "dataset=imdb", "cell=gru", "dropout=variational", *SMALL, f"data.root={imdb_dir}",
             "eval=mc", "eval.samples=4", "eval.batch=2", "hydra.run.dir=run", cwd=cwd)
     return cwd / "run"
 
@@ -91,7 +91,7 @@ def test_imdb_run_writes_metrics_checkpoints_and_events(imdb_run):
 
 
 def test_eval_command_reproduces_the_test_numbers(imdb_run, imdb_dir):
-    run_cli("eval", f"checkpoint={imdb_run / 'best.pt'}", f"data.root={imdb_dir}", "device=cpu",
+    run_in_process("eval", f"checkpoint={imdb_run / 'best.pt'}", f"data.root={imdb_dir}", "device=cpu",
             "hydra.run.dir=eval", cwd=imdb_run.parent)
     evaluated = json.loads((imdb_run.parent / "eval" / "eval.json").read_text())
     trained = json.loads((imdb_run / "metrics.json").read_text())
@@ -108,26 +108,26 @@ def test_eval_command_reproduces_the_test_numbers(imdb_run, imdb_dir):
 
 
 def test_a_finished_run_resumes_from_last_pt_for_more_epochs(imdb_run, imdb_dir):
-    run_cli("train", "dataset=imdb", "cell=gru", "dropout=variational", *SMALL, f"data.root={imdb_dir}",
+    run_in_process("train", "dataset=imdb", "cell=gru", "dropout=variational", *SMALL, f"data.root={imdb_dir}",
             "eval=mc", "eval.samples=4", "eval.batch=2", "trainer.epochs=3", "hydra.run.dir=run", cwd=imdb_run.parent)
     epochs = [record["epoch"] for record in history(imdb_run)]
     assert epochs == [1, 2, 3] and "resumed from" in (imdb_run / "vdrnn.log").read_text()
 
 
 def test_with_ema_the_test_and_eval_of_either_checkpoint_use_the_weight_average(tmp_path, imdb_dir):
-    run_cli("train", "experiment=imdb_lstm_variational", *SMALL, "trainer.epochs=1", "trainer.ema=0.9", "eval=scale",
+    run_in_process("train", "experiment=imdb_lstm_variational", *SMALL, "trainer.epochs=1", "trainer.ema=0.9", "eval=scale",
             f"data.root={imdb_dir}", "hydra.run.dir=run", cwd=tmp_path)
     trained = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert trained["config"]["trainer"]["ema"] == 0.9
     for name in ("best.pt", "last.pt"):  # one epoch: both hold the same average, last.pt beside the raw weights
-        run_cli("eval", f"checkpoint={tmp_path / 'run' / name}", f"data.root={imdb_dir}", "device=cpu",
+        run_in_process("eval", f"checkpoint={tmp_path / 'run' / name}", f"data.root={imdb_dir}", "device=cpu",
                 f"hydra.run.dir=eval_{name}", cwd=tmp_path)
         evaluated = json.loads((tmp_path / f"eval_{name}" / "eval.json").read_text())
         assert evaluated["test_nll"] == pytest.approx(trained["test_nll"], rel=1e-6)
 
 
 def test_scale_regression_run_reports_rmse_both_ways(tmp_path, scale_dir):
-    run_cli("train", "experiment=scale_lstm_variational", *SMALL, "trainer.epochs=1", f"data.root={scale_dir}",
+    run_in_process("train", "experiment=scale_lstm_variational", *SMALL, "trainer.epochs=1", f"data.root={scale_dir}",
             "eval.samples=3", "hydra.run.dir=run", cwd=tmp_path)
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["config"]["data"]["name"] == "scale" and metrics["mc_samples"] == 3 and "best_valid_rmse" in metrics
@@ -156,7 +156,7 @@ def test_gals_protocol_trains_on_every_training_review_and_tests_the_last_epoch(
     """data.valid_fraction=0 trainer.select=last, the protocol of Gal's scripts (no review held out, a fixed number
     of epochs, the final weights tested), from the command line: no validation anywhere in the outputs, and the run
     read back by TensorBoard and `vdrnn report`."""
-    run_cli("train", "experiment=scale_lstm_variational", *SMALL, f"data.root={scale_dir}", "data.valid_fraction=0",
+    run_in_process("train", "experiment=scale_lstm_variational", *SMALL, f"data.root={scale_dir}", "data.valid_fraction=0",
             "trainer.select=last", "eval.samples=3", "hydra.run.dir=run", cwd=tmp_path)
     run = tmp_path / "run"
     metrics = json.loads((run / "metrics.json").read_text())
@@ -172,7 +172,7 @@ def test_gals_protocol_trains_on_every_training_review_and_tests_the_last_epoch(
         [row] = list(csv.DictReader(f))
     assert row["RMSE"] == f"{metrics['test_rmse']:.4f}" and row["MC RMSE"] == f"{metrics['test_rmse_mc']:.4f}"
     assert "data.valid_fraction=0" in row["overrides"] and "trainer.select=last" in row["overrides"]
-    run_cli("eval", f"checkpoint={run / 'best.pt'}", f"data.root={scale_dir}", "device=cpu", "hydra.run.dir=eval",
+    run_in_process("eval", f"checkpoint={run / 'best.pt'}", f"data.root={scale_dir}", "device=cpu", "hydra.run.dir=eval",
             cwd=tmp_path)
     evaluated = json.loads((tmp_path / "eval" / "eval.json").read_text())
     assert evaluated["test_rmse"] == pytest.approx(metrics["test_rmse"], rel=1e-6) and evaluated["epoch"] == 2
@@ -181,7 +181,7 @@ def test_gals_protocol_trains_on_every_training_review_and_tests_the_last_epoch(
 
 def test_gru_with_learned_gaussian_noise_trains_its_alpha(tmp_path, imdb_dir):
     """dropout.learn_alpha on the sentiment model (per-gate GRU masks): log alpha [3, D] per site, trained, <= 0."""
-    run_cli("train", "experiment=imdb_gru_variational", "dropout=gaussian_untied", "dropout.learn_alpha=true",
+    run_in_process("train", "experiment=imdb_gru_variational", "dropout=gaussian_untied", "dropout.learn_alpha=true",
             "dropout.recurrent=0.3", *SMALL, "trainer.epochs=1", "eval=scale", f"data.root={imdb_dir}",
             "hydra.run.dir=run", cwd=tmp_path)
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
@@ -210,5 +210,5 @@ def test_train_returns_the_selection_score_for_a_sweeper(tmp_path, monkeypatch, 
 ])
 def test_clear_errors_without_traceback(tmp_path, args, message):
     args = [a.replace("MISSING", str(tmp_path)) for a in args]
-    result = run_cli("train", "dataset=imdb", *SMALL, *args, "hydra.run.dir=run", cwd=tmp_path, check=False)
+    result = run_in_process("train", "dataset=imdb", *SMALL, *args, "hydra.run.dir=run", cwd=tmp_path, check=False)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr

@@ -146,14 +146,31 @@ def truncate(path):
     path.write_bytes(path.read_bytes()[:-20])
 
 
-def relabel(path):
-    with gzip.open(path, "wt") as f:
-        f.write(json.dumps({"text": "fine", "label": 7}) + "\n")
+def second_line(record: str):
+    """A damage: the file's second review replaced by ``record`` (a line of text)."""
+    def damage(path):
+        with gzip.open(path, "rt") as f:
+            lines = f.read().splitlines()
+        with gzip.open(path, "wt") as f:
+            f.write("\n".join([lines[0], record, *lines[2:]]) + "\n")
+    return damage
 
 
-@pytest.mark.parametrize("damage,message", [(truncate, "not a whole gzipped JSON Lines file.*EOFError.*copy it again"),
-                                            (relabel, r"has labels \[7\]")], ids=["truncated", "foreign-labels"])
-def test_a_damaged_imdb_file_is_a_data_error_naming_it(fake_imdb, damage, message):
+def latin1(path):
+    with gzip.open(path, "wb") as f:
+        f.write(json.dumps({"text": "caf\u00e9", "label": 1}, ensure_ascii=False).encode("latin-1") + b"\n")
+
+
+@pytest.mark.parametrize("damage,message", [
+    (truncate, "not a whole gzipped UTF-8 JSON Lines file.*EOFError.*copy it again"),
+    (second_line(json.dumps({"text": "fine", "label": 7})), r"line 2 has label 7; IMDB's labels are 0 \(negative\)"),
+    (second_line(json.dumps({"text": "fine", "label": 0.7})), r"line 2 has label 0.7; IMDB's labels are 0"),
+    (second_line(json.dumps({"text": "fine", "label": True})), r"line 2 has label True"),
+    (second_line(json.dumps({"text": None, "label": 1})), r"line 2 has no review text"),
+    (second_line('{"text": "cut sh'), r"line 2 is not JSON \(.* at column \d+\); the file is damaged: copy it again"),
+    (latin1, r"not a whole gzipped UTF-8 JSON Lines file \(UnicodeDecodeError"),
+], ids=["truncated", "foreign-label", "fractional-label", "boolean-label", "null-text", "torn-line", "latin-1"])
+def test_a_damaged_imdb_file_is_a_data_error_naming_it_and_the_line(fake_imdb, damage, message):
     damage(fake_imdb / "test.jsonl.gz")
     with pytest.raises(DataError, match=message) as err:
         load_task(SentimentDataConfig(root=str(fake_imdb)))

@@ -10,6 +10,7 @@ from vdrnn.config import (
     ModelConfig,
     TrainerConfig,
     build,
+    check_sections,
     dropout_from,
     model_from,
     run_settings,
@@ -57,6 +58,7 @@ class LMRunConfig:
 
 def from_dict(raw: dict[str, Any]) -> LMRunConfig:
     """Validate a composed config (a plain dict, e.g. from ``to_container`` or a checkpoint)."""
+    check_sections(raw)
     model = model_from(raw)
     if model.cell != "lstm":
         raise ConfigError(f"cell={model.cell} is for the sentiment datasets; the language model is an LSTM: "

@@ -62,17 +62,19 @@ def batchify(stream: torch.Tensor, batch_size: int) -> torch.Tensor:
     return stream[: steps * batch_size].view(batch_size, steps).t().contiguous()
 
 
-def minibatches(data: torch.Tensor, bptt: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Yield (inputs, targets), each [T, B] with T <= bptt, the targets being inputs shifted by one."""
-    for start in range(0, data.shape[0] - 1, bptt):
-        length = min(bptt, data.shape[0] - 1 - start)
-        yield data[start : start + length], data[start + 1 : start + 1 + length]
+def minibatches(data: torch.Tensor, bptt: int, start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Yield (inputs, targets), each [T, B] with T <= bptt, the targets being inputs shifted by one, from row
+    ``start`` (where a paused epoch goes on)."""
+    for row in range(start, data.shape[0] - 1, bptt):
+        length = min(bptt, data.shape[0] - 1 - row)
+        yield data[row : row + length], data[row + 1 : row + 1 + length]
 
 
-def variable_minibatches(data: torch.Tensor, bptt: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def variable_minibatches(data: torch.Tensor, bptt: int, start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """AWD-LSTM's random lengths (Merity et al.): mostly ``bptt``, sometimes ``bptt / 2``, jittered by N(0, 5), at
-    least 5 steps. The draws come from the CPU generator, whose state the checkpoints keep."""
-    start = 0
+    least 5 steps, from row ``start``. The draws come from the CPU generator, whose state the checkpoints keep; each
+    length is drawn as its minibatch is asked for, so an epoch paused after a step goes on with the draws an
+    uninterrupted one makes."""
     while start < data.shape[0] - 1:
         base = bptt if torch.rand(()).item() < 0.95 else bptt / 2
         length = min(max(5, int(torch.normal(float(base), 5.0, ()).item())), data.shape[0] - 1 - start)

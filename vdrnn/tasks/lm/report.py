@@ -85,7 +85,7 @@ def ptb_table(rows: list[PtbRow]) -> list[list[str]]:
     for row in rows:
         wps = row.values("wps")
         lines.append([
-            row.label, row.size, dropout_cell(row.dropout, row.runs), str(len(row.runs)),
+            row.label, row.size, dropout_cell(row.dropout, row.runs), row.seeds_cell(),
             *(mean_std(row.values(key), runs=len(row.runs)) for key in ("valid_ppl", "test_ppl", "test_ppl_mc")),
             paper_value(row, "valid"), paper_value(row, "test"), paper_value(row, "test_mc"),
             f"{statistics.mean(wps):,.0f}" if wps else "–", *row.run_cells(),

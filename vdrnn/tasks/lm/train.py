@@ -23,6 +23,7 @@ from vdrnn.tasks.lm.evaluate import evaluate_all, exp_or_inf, perplexity
 from vdrnn.tasks.lm.model import LanguageModel, detach_state
 from vdrnn.training import checkpoint
 from vdrnn.training.device import autocast
+from vdrnn.training.loop import EpochSums
 from vdrnn.training.trainer import EpochTrainer
 
 log = logging.getLogger("vdrnn")
@@ -62,12 +63,13 @@ class LanguageModelTrainer(EpochTrainer):
         return f"{super().describe_model()}, sizes {self.cfg.model.layer_sizes()}"
 
     # ----------------------------------------------------------------------------- training
-    def minibatches(self):
-        """An epoch's minibatches of the training columns: fixed-length BPTT, or AWD's random lengths."""
+    def minibatches(self, start: int = 0):
+        """An epoch's minibatches of the training columns from row ``start``: fixed-length BPTT, or AWD's random
+        lengths."""
         d = self.cfg.data
         if d.variable_bptt:
-            return variable_minibatches(self.train_data, d.bptt)
-        return minibatches(self.train_data, d.bptt)
+            return variable_minibatches(self.train_data, d.bptt, start)
+        return minibatches(self.train_data, d.bptt, start)
 
     def train_step(self, inputs: torch.Tensor, targets: torch.Tensor, state, lr: float):
         """One eager step: (mean NLL of the minibatch, gradient norm, new state), without host sync."""
@@ -103,26 +105,34 @@ class LanguageModelTrainer(EpochTrainer):
                                              kl_scale=self.kl_scale)
         return self._graphed
 
-    def train_epoch(self, lr: float, bar: tqdm) -> dict[str, float]:
+    def train_epoch(self, lr: float, bar: tqdm, sums: EpochSums, position: dict[str, Any] | None):
         d = self.cfg.data
         self.model.train()
         graphed = self.graphed_step()
-        state = self.model.initial_state(d.batch_size, self.device)
+        # Where the epoch is: the next minibatch's first row and the hidden state carried into it (zero at the start).
+        if position is None:
+            self.next_row, self.carried = 0, self.model.initial_state(d.batch_size, self.device)
+        else:
+            self.next_row = position["row"]
+            self.carried = [(h.to(self.device), c.to(self.device)) for h, c in position["state"]]
 
         def step(batch):
-            nonlocal state
             inputs, targets = batch
             # AWD rescales the learning rate with the sequence length, so short minibatches count less.
             step_lr = lr * inputs.shape[0] / d.bptt if d.variable_bptt else lr
             if graphed is not None:
                 self.optimization.set_lr(step_lr)  # a new value re-records the graph (once per epoch)
-                loss, grad_norm, state = graphed(inputs, targets, state)
+                loss, grad_norm, self.carried = graphed(inputs, targets, self.carried)
             else:
-                loss, grad_norm, state = self.train_step(inputs, targets, state, step_lr)
+                loss, grad_norm, self.carried = self.train_step(inputs, targets, self.carried, step_lr)
+            self.next_row += inputs.shape[0]
             return loss, grad_norm, targets.numel(), targets.numel()
 
-        stats = self.train_loop(self.minibatches(), step, lr, bar)
-        return {**stats, "train_ppl": exp_or_inf(stats["train_loss"])}
+        stats = self.train_loop(self.minibatches(self.next_row), step, lr, bar, sums)
+        return None if stats is None else {**stats, "train_ppl": exp_or_inf(stats["train_loss"])}
+
+    def epoch_position(self) -> dict[str, Any]:
+        return {"row": self.next_row, "state": [(h.detach().clone(), c.detach().clone()) for h, c in self.carried]}
 
     def loss_scalars(self, mean_loss: float) -> dict[str, float]:
         return {"train/ppl": exp_or_inf(mean_loss)}

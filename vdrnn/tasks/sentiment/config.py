@@ -10,7 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from vdrnn.config import EvalConfig, ModelConfig, TrainerConfig, build, dropout_from, model_from, run_settings
+from vdrnn.config import (
+    EvalConfig,
+    ModelConfig,
+    TrainerConfig,
+    build,
+    check_sections,
+    dropout_from,
+    model_from,
+    run_settings,
+)
 from vdrnn.dropout import DropoutConfig
 from vdrnn.errors import ConfigError
 
@@ -86,6 +95,7 @@ class SentimentRunConfig:
 
 def from_dict(raw: dict[str, Any]) -> SentimentRunConfig:
     """Validate a composed config of a sentiment run (a plain dict, e.g. from a checkpoint)."""
+    check_sections(raw)
     model = model_from(raw, SentimentModelConfig)
     dropout = dropout_from(raw, model)
     trainer = build(TrainerConfig, raw["trainer"], "trainer")

@@ -90,15 +90,22 @@ def _load(d, module: str) -> SentimentData:
                          target_mean=mean, target_std=std)
 
 
-def minibatches(split: Split, batch_size: int, shuffle: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(tokens [T, B] time-major, lengths [B], targets [B]), T the longest sequence of the minibatch.
+def shuffled(n: int) -> torch.Tensor:
+    """An epoch's order of ``n`` training reviews, drawn from torch's global generator, whose state checkpoints keep
+    (exact resume)."""
+    return torch.randperm(n)
 
-    Shuffling draws from torch's global generator, whose state checkpoints keep (exact resume).
+
+def minibatches(split: Split, batch_size: int, order: torch.Tensor | None = None,
+                start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(tokens [T, B] time-major, lengths [B], targets [B]), T the longest sequence of the minibatch: the reviews in
+    ``order`` (None: the split's own), from its ``start``-th (where a paused epoch goes on).
+
     Trimming to the minibatch's longest sequence only skips padding, which never reaches the output.
     """
-    order = torch.randperm(len(split)) if shuffle else torch.arange(len(split))
-    for start in range(0, len(split), batch_size):
-        index = order[start : start + batch_size]
+    order = torch.arange(len(split)) if order is None else order
+    for first in range(start, len(split), batch_size):
+        index = order[first : first + batch_size]
         lengths = split.lengths[index]
         yield split.tokens[index, : int(lengths.max())].t(), lengths, split.targets[index]
 

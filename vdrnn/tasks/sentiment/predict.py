@@ -38,7 +38,7 @@ def predict(model: SentimentModel, split: Split, kind: str, batch_size: int, amp
     """Weight-scaling predictions of every sequence of ``split``, in order (on the CPU)."""
     device = next(model.parameters()).device
     out = []
-    for tokens, lengths, _ in minibatches(split, batch_size, shuffle=False):
+    for tokens, lengths, _ in minibatches(split, batch_size):
         with autocast(device, amp):
             outputs = model(tokens.to(device), lengths.to(device), stochastic=False)
         out.append(readout(outputs, kind).cpu())
@@ -54,7 +54,7 @@ def predict_mc(model: SentimentModel, split: Split, kind: str, samples: int, sam
     replicas = min(samples, samples_side_by_side(model, samples_per_pass, word_dropout))
     reviews = max(1, batch_size // replicas)  # sequences per pass = reviews x replicas
     out, bar = [], mc_progress(samples, progress)
-    for tokens, lengths, _ in minibatches(split, reviews, shuffle=False):
+    for tokens, lengths, _ in minibatches(split, reviews):
         tokens, lengths = tokens.to(device), lengths.to(device)
         total, done = None, 0
         while done < samples:

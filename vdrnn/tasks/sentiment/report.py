@@ -104,7 +104,7 @@ def sentiment_table(kind: str, rows: list[SentimentRow]) -> list[list[str]]:
                 values = [v * (100 if percent else 1) for v in row.values(f"test_{key}{suffix}")]
                 cells[key + suffix] = mean_std(values, digits, runs=len(row.runs))
         keys = [key for key, _, _, _ in METRICS[kind]]
-        lines.append([row.label, row.units, dropout_cell(row.dropout, row.runs), str(len(row.runs)),
+        lines.append([row.label, row.units, dropout_cell(row.dropout, row.runs), row.seeds_cell(),
                       *(cells[k] for k in keys), *(cells[k + "_mc"] for k in keys), *row.run_cells()])
     return lines
 

@@ -30,11 +30,12 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from vdrnn.tasks.sentiment.config import SentimentRunConfig
-from vdrnn.tasks.sentiment.data import CLASSIFICATION, SentimentData, minibatches
+from vdrnn.tasks.sentiment.data import CLASSIFICATION, SentimentData, minibatches, shuffled
 from vdrnn.tasks.sentiment.metrics import calibration_report, ece_difference
 from vdrnn.tasks.sentiment.model import SentimentModel
 from vdrnn.tasks.sentiment.predict import evaluate_split, predict_split, split_metrics
 from vdrnn.training.device import autocast
+from vdrnn.training.loop import EpochSums
 from vdrnn.training.trainer import EpochTrainer
 
 log = logging.getLogger("vdrnn")
@@ -93,10 +94,13 @@ class SentimentTrainer(EpochTrainer):
             return F.cross_entropy(outputs.float(), targets)
         return F.mse_loss(outputs.float().squeeze(-1), targets)  # standardised ratings, as Gal's script
 
-    def train_epoch(self, lr: float, bar: tqdm) -> dict[str, float]:
+    def train_epoch(self, lr: float, bar: tqdm, sums: EpochSums, position: dict[str, Any] | None):
         cfg, model = self.cfg, self.model
         model.train()
         self.optimization.set_lr(lr)
+        # Where the epoch is: its shuffle of the training reviews, drawn at its start, and the next one to read.
+        self.order = shuffled(len(self.data.train)) if position is None else position["order"]
+        self.next_review = 0 if position is None else position["next"]
 
         def step(batch):
             words = int(batch[1].sum())  # the lengths, counted on the host before they move
@@ -106,10 +110,14 @@ class SentimentTrainer(EpochTrainer):
             loss = self.loss(outputs, targets)
             kl = self.kl_term()
             grad_norm = self.optimization.step(loss if kl is None else loss + kl)
+            self.next_review += len(targets)
             return loss.detach(), grad_norm, len(targets), words
 
-        batches = minibatches(self.data.train, cfg.data.batch_size, shuffle=True)
-        return self.train_loop(batches, step, lr, bar)
+        batches = minibatches(self.data.train, cfg.data.batch_size, self.order, self.next_review)
+        return self.train_loop(batches, step, lr, bar, sums)
+
+    def epoch_position(self) -> dict[str, Any]:
+        return {"order": self.order, "next": self.next_review}
 
     def validate(self) -> dict[str, float]:
         # Empty without validation reviews (data.valid_fraction=0, trainer.select=last): the test curve alone.

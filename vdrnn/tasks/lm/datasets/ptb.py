@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from vdrnn.errors import DataError
-from vdrnn.files import require_files
+from vdrnn.files import read_utf8, require_files
 from vdrnn.tasks.lm.datasets import SPLITS, Corpus, tokenize, unseen_words, word_corpus
 
 log = logging.getLogger("vdrnn")
@@ -69,7 +69,8 @@ def _download(folder: Path) -> None:
 
 def read_lines(folder: Path) -> dict[str, list[str]]:
     """The three files' lines."""
-    return {split: (folder / f"ptb.{split}.txt").read_text(encoding="utf-8").splitlines() for split in SPLITS}
+    fix = ("PTB's files are plain text: copy Mikolov's file again, or convert this one (iconv -f latin1 -t utf-8)")
+    return {split: read_utf8(folder / f"ptb.{split}.txt", fix).splitlines() for split in SPLITS}
 
 
 def read(data) -> Corpus:

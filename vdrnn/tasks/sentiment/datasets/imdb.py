@@ -64,14 +64,27 @@ def _read_folder(folder: Path, origin: str) -> dict[str, list[Review]]:
         path = folder / f"{split}.jsonl.gz"
         try:
             with gzip.open(path, "rt", encoding="utf-8") as f:
-                splits[split] = [Review(r["text"], int(r["label"])) for r in map(json.loads, f)]
-        except (OSError, EOFError, ValueError, KeyError, TypeError) as err:  # EOFError: a truncated .gz
-            raise DataError(f"{path} is not a whole gzipped JSON Lines file with text and label fields "
-                            f"({type(err).__name__}: {err}); copy it again") from err
-        labels = {r.target for r in splits[split]}
-        if not labels <= {0, 1}:
-            raise DataError(f"{path} has labels {sorted(labels - {0, 1})}; IMDB's are 0 (negative) and 1 (positive)")
+                splits[split] = [review_of(line, path, number) for number, line in enumerate(f, 1)]
+        except (OSError, EOFError, UnicodeDecodeError) as err:  # EOFError: a truncated .gz
+            raise DataError(f"{path} is not a whole gzipped UTF-8 JSON Lines file ({type(err).__name__}: {err}); "
+                            f"copy it again") from err
     return splits
+
+
+def review_of(line: str, path: Path, number: int) -> Review:
+    """One line of an IMDB file as a Review, or a DataError naming the file, the line and what is wrong there."""
+    where = f"{path}, line {number}"
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise DataError(f"{where} is not JSON ({err.msg.removesuffix(' at')} at column {err.colno}); the file is damaged: copy it again") from None
+    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+        raise DataError(f"{where} has no review text (a \"text\" string; found {str(line)[:80]!r}); every line is "
+                        f"one review, with fields id, rating, label, file, text")
+    label = record.get("label")
+    if isinstance(label, bool) or label not in (0, 1):
+        raise DataError(f"{where} has label {label!r}; IMDB's labels are 0 (negative) and 1 (positive)")
+    return Review(record["text"], int(label))
 
 
 def _from_hugging_face() -> dict[str, list[Review]]:

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from vdrnn.errors import DataError
+from vdrnn.files import read_utf8
 from vdrnn.tasks.sentiment.datasets import REGRESSION, Review, Reviews, check_count
 
 AUTHORS = ("Dennis+Schwartz", "James+Berardinelli", "Scott+Renshaw", "Steve+Rhodes")  # Gal's order
@@ -47,7 +48,8 @@ def load(root: str | None) -> list[Review]:
                             f"(or $VDRNN_DATA_DIR/scale_data) at the scale_data folder of Pang & Lee's "
                             f"scale_data.tar.gz")
         texts = subj.read_text(encoding="latin-1").splitlines()  # ASCII in v1.0; latin-1 never fails
-        ratings = [_rating(text.strip(), rating, line) for line, text in enumerate(rating.read_text().splitlines(), 1)
+        lines = read_utf8(rating, "the ratings are plain numbers: copy the file again").splitlines()
+        ratings = [_rating(text.strip(), rating, line) for line, text in enumerate(lines, 1)
                    if text.strip()]
         if len(texts) != len(ratings):
             raise DataError(f"{subj} has {len(texts)} reviews but {rating} {len(ratings)} ratings: the files are "
