@@ -24,6 +24,12 @@ def pytest_configure(config):
         torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The slow tests first (each otherwise in its file's order): with a worker per core, the suite then ends on
+    short tests on every worker, not on one worker's minute-long one."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def ptb_dir() -> Path:
     return real_data("ptb", "ptb.train.txt")

@@ -493,3 +493,30 @@ def test_graphed_step_takes_plain_sgd_only():
         GraphedTrainStep(model, torch.optim.Adam(model.parameters()), 5.0, batch_size=2, bptt=3)
     with pytest.raises(ValueError, match="no momentum"):  # the clip is folded into plain SGD's update
         GraphedTrainStep(model, torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.9), 5.0, batch_size=2, bptt=3)
+
+
+# ----------------------------------------------------------------------------------- weight drop (AWD)
+def test_a_weight_dropped_layer_on_the_fused_path_matches_the_reference(monkeypatch):
+    """model.impl=fast runs AWD's layers (dropped W_hh, locked x mask, no h mask) on the fused kernels: the same
+    outputs and gradients as the reference loop on the same dropped W_hh and masks."""
+    from vdrnn.cells.lstm import LSTMLayer
+
+    calls = []
+    monkeypatch.setattr(kernels_lstm, "lstm_fused", lambda *args: calls.append(1) or lstm_fused(*args))
+    torch.manual_seed(0)
+    layer = LSTMLayer(7, 33, impl="fast").to(DEVICE)
+    x = torch.randn(5, 3, 7, device=DEVICE)
+    state = (torch.randn(3, 33, device=DEVICE), torch.randn(3, 33, device=DEVICE))
+    masks = LayerMasks(x=bernoulli_mask((3, 7), 0.4, x), w_hh=bernoulli_mask((4 * 33, 33), 0.5, x))
+    results = []
+    for run in ("fast", "reference"):
+        w_ih, w_hh, b_ih, b_hh = layer.parameters_tuple()
+        if run == "fast":
+            y, (h, c) = layer(x, state, masks)
+        else:
+            y, (h, c) = lstm_reference(x, state, (w_ih, w_hh * masks.w_hh, b_ih, b_hh), LayerMasks(x=masks.x))
+        grads = torch.autograd.grad(y.square().sum() + h.sum() + c.sum(), layer.parameters_tuple())
+        results.append((y, h, c, *grads))
+    assert len(calls) == 1  # the layer's call
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=FP32_TOL, atol=FP32_TOL)

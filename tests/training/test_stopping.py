@@ -205,7 +205,10 @@ def test_a_submitit_job_at_its_time_limit_is_requeued_and_goes_on_from_its_step(
     """hydra/launcher=local: submitit sends SIGUSR2 30 s before the job's one-minute limit; the run saves its step,
     submitit's handler requeues the job, and the job started again goes on from that step."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="the slurm extra (vdrnn[slurm]) is not installed")
-    common = [*TINY, "trainer.epochs=8", "trainer.log_every=7", f"data.root={long_corpus}"]  # over 30 s
+    # Training time, not epochs, ends the run (trainer.max_minutes counts it over attempts), so that on any machine
+    # the first attempt is still training at the signal and the second finishes well within its own 30 s.
+    common = [*TINY, "trainer.epochs=1000", "trainer.max_minutes=0.6", "trainer.log_every=7",
+              f"data.root={long_corpus}"]
     result = run_cli("train", "-m", "hydra/launcher=local", "hydra.launcher.timeout_min=1", *common,
                      "hydra.sweep.dir=sweep", cwd=tmp_path)
     (job,) = [p for p in (tmp_path / "sweep").iterdir() if p.is_dir() and not p.name.startswith(".")]

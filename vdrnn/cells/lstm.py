@@ -31,6 +31,10 @@ class LSTMLayer(nn.Module):
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.impl = impl
+        # A weight-dropped layer (AWD) runs the stock kernel on its dropped W_hh, or the fused kernels, which take any
+        # W_hh too: with model.impl=fast, and under auto where its trainer graphs the step (the faster there,
+        # scripts/bench_awd.py; launched eagerly, cuDNN is).
+        self.weight_drop_on_kernels = impl == "fast"
         # Holding an nn.LSTM (rather than bare Parameters) gives the stock kernel for free and keeps checkpoints
         # loadable into a stock nn.LSTM.
         self.lstm = nn.LSTM(input_size, hidden_size, num_layers=1)
@@ -45,7 +49,7 @@ class LSTMLayer(nn.Module):
             # gradients and is never modified in place.
             w_ih, w_hh, b_ih, b_hh = params
             params = (w_ih, w_hh * masks.w_hh, b_ih, b_hh)
-        if masks.recurrent:
+        if masks.recurrent or (masks.w_hh is not None and self.weight_drop_on_kernels):
             if runs_kernels(self.impl, x, "lstm"):
                 from vdrnn.kernels.lstm import lstm_fused  # Triton, only where it runs
 

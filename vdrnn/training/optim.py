@@ -25,9 +25,12 @@ def weights_of(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if id(p) not in skip]
 
 
-def make_optimizer(model: torch.nn.Module, trainer: TrainerConfig, averaging: bool = False) -> torch.optim.Optimizer:
+def make_optimizer(model: torch.nn.Module, trainer: TrainerConfig, averaging: bool = False,
+                   capturable: bool = False) -> torch.optim.Optimizer:
     """SGD, Adam, averaged SGD (asgd), or (ntasgd) SGD until ``averaging`` is asked for; weight_decay_mode=l2
-    puts the decay in the optimizer."""
+    puts the decay in the optimizer. ``capturable`` (CUDA): averaged SGD keeps its step counters on the device and
+    its state made up front (:func:`start_averaging_state`), so that its step reads nothing back to the host and a
+    CUDA graph can hold it."""
     l2 = trainer.weight_decay if trainer.weight_decay_mode == "l2" else 0.0
     params = model.parameters()
     noise = getattr(model, "noise_scales", None)
@@ -36,8 +39,26 @@ def make_optimizer(model: torch.nn.Module, trainer: TrainerConfig, averaging: bo
     if trainer.optimizer == "adam":
         return torch.optim.Adam(params, lr=trainer.lr, weight_decay=l2)
     if averaging or trainer.optimizer == "asgd":  # Merity et al.'s ASGD: averages from its start (t0=0), lambd=0
-        return torch.optim.ASGD(params, lr=trainer.lr, t0=0, lambd=0.0, weight_decay=l2)
+        optimizer = torch.optim.ASGD(params, lr=trainer.lr, t0=0, lambd=0.0, weight_decay=l2, capturable=capturable)
+        if capturable:
+            start_averaging_state(optimizer)
+        return optimizer
     return torch.optim.SGD(params, lr=trainer.lr, weight_decay=l2)
+
+
+@torch.no_grad()
+def start_averaging_state(optimizer: torch.optim.ASGD) -> None:
+    """The state ASGD makes for each parameter at its first step, made now: a CUDA graph must find it in place (a
+    state made under capture would be made afresh at every replay), and every graph recorded later must step the
+    same tensors. The values are torch's own first ones: step 0, eta = lr, mu = 1, ax = 0."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state[p]
+            if not state:
+                state["step"] = torch.zeros((), device=p.device)
+                state["eta"] = torch.tensor(float(group["lr"]), device=p.device)
+                state["mu"] = torch.ones((), device=p.device)
+                state["ax"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
 @torch.no_grad()
@@ -148,7 +169,8 @@ class Optimization:
     def __init__(self, model: torch.nn.Module, trainer: TrainerConfig, device: torch.device):
         self.model, self.trainer = model, trainer
         self.averaging = trainer.optimizer == "asgd"
-        self.optimizer = make_optimizer(model, trainer, averaging=self.averaging)
+        self.capturable = device.type == "cuda"  # averaged SGD without host syncs, graphed or not
+        self.optimizer = make_optimizer(model, trainer, averaging=self.averaging, capturable=self.capturable)
         self.average = WeightAverage(list(model.parameters()), trainer.ema) if trainer.ema else None
         self.scaler = torch.amp.GradScaler(device.type, enabled=trainer.amp == "fp16")
 
@@ -174,7 +196,7 @@ class Optimization:
 
     def switch_to_averaging(self) -> None:
         """NT-ASGD's switch: averaged SGD from here on, its running means the weights validated."""
-        self.optimizer = make_optimizer(self.model, self.trainer, averaging=True)
+        self.optimizer = make_optimizer(self.model, self.trainer, averaging=True, capturable=self.capturable)
         self.averaging = True
 
     def evaluation_weights(self):
@@ -198,6 +220,11 @@ class Optimization:
         if payload.get("averaging", False) and not self.averaging:  # NT-ASGD switched before the checkpoint
             self.switch_to_averaging()
         self.optimizer.load_state_dict(payload["optimizer"])
+        if isinstance(self.optimizer, torch.optim.ASGD):  # saved on another device kind: this one's way of stepping
+            for group in self.optimizer.param_groups:
+                group["capturable"] = self.capturable
+            for p, state in self.optimizer.state.items():
+                state.update({k: v.to(p.device) for k, v in state.items() if isinstance(v, torch.Tensor)})
         if self.average is not None:
             self.average.load_state_dict(payload["weight_average"])
         # A run saved without fp16 loss scaling has an empty scaler state, which an enabled GradScaler refuses to

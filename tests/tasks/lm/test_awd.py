@@ -34,8 +34,6 @@ def test_sizes_and_tied_embeddings():
     assert torch.all(model.decoder.bias == 0)
 
 
-
-
 def test_the_layer_runs_the_lstm_with_w_hh_times_the_schemes_mask():
     """Weight drop as DropConnect: the layer's output is a plain LSTM's with W_hh' = W_hh * M / (1-p), M the
     mask the scheme drew, and the raw W_hh's gradient is zero exactly where M dropped an entry."""
@@ -90,10 +88,6 @@ def test_weight_drop_trains_through_cudnn_on_the_gpu():
         assert torch.isfinite(model(tokens, model.initial_state(B, "cuda"))[0]).all()
 
 
-
-
-
-
 def awd_cli(tmp_path, corpus, *extra, experiment="awd_ptb", run="run"):
     tiny = [a for a in TINY if not a.startswith(("model=", "model.hidden_size", "data.bptt"))]
     return run_in_process("train", f"experiment={experiment}", *tiny, "model.hidden_size=16", "model.embedding_size=8",
@@ -134,3 +128,58 @@ def test_fine_tuning_stage_starts_from_the_trained_weights_and_averages_from_its
     # Averaged SGD from its first step (the averaged weights are what it evaluates).
     last = torch.load(tmp_path / "finetune" / "last.pt", weights_only=True)
     assert last["averaging"] and "ax" in str(last["optimizer"]["state"][0].keys())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need CUDA")
+@pytest.mark.parametrize("impl", ["reference", "fast"])  # the dropped W_hh on cuDNN, or on the fused kernels
+def test_graphed_awd_steps_and_evaluation_match_eager_ones_through_the_switch_to_averaging(tmp_path, tiny_corpus,
+                                                                                           impl):
+    from tests.helpers import composed, trainer_for
+    from vdrnn.config import to_container
+    from vdrnn.tasks.lm.data import variable_minibatches
+    from vdrnn.tasks.lm.evaluate import perplexity
+    from vdrnn.training.graphs import ShapeGraphs
+
+    tiny = [a for a in TINY if not a.startswith(("model=", "model.hidden_size", "model.impl"))]
+    results = {}
+    for graph in ("auto", "off"):
+        raw = to_container(composed("experiment=awd_ptb", *tiny, "model.hidden_size=16", "model.embedding_size=8",
+                                    f"data.root={tiny_corpus}", "device=cuda", f"trainer.cuda_graph={graph}",
+                                    f"model.impl={impl}"))
+        t = trainer_for(raw, tmp_path / graph)
+        assert isinstance(t.graphed_step(), ShapeGraphs) == (graph == "auto")
+        assert all(layer.weight_drop_on_kernels == (impl == "fast") for layer in t.model.layers)
+        torch.manual_seed(5)
+        batches = list(variable_minibatches(t.train_data, t.cfg.data.bptt))[:10]
+        assert len({inputs.shape[0] for inputs, _ in batches}) > 2  # several lengths, a graph each
+        t.model.train()
+        t.next_row, t.carried = 0, t.model.initial_state(t.cfg.data.batch_size, t.device)
+        steps = [t.advance(inputs, targets, 30.0) for inputs, targets in batches]
+        t.optimization.switch_to_averaging()  # NT-ASGD's switch: a new optimizer, the graphs recorded anew
+        steps += [t.advance(inputs, targets, 30.0) for inputs, targets in batches]
+        ax = [t.optimization.optimizer.state[p]["ax"].clone() for p in t.model.parameters()]
+        t.model.eval()
+        ppl = perplexity(t.model, t.data.valid, 4, t.cfg.data.bptt, graphed=graph == "auto")
+        results[graph] = (torch.tensor([[loss.item(), norm.item()] for loss, norm in steps]),
+                          [p.detach().clone() for p in t.model.parameters()], ax, ppl)
+        t.cleanup()
+    (g_steps, g_weights, g_ax, g_ppl), (e_steps, e_weights, e_ax, e_ppl) = results["auto"], results["off"]
+    torch.testing.assert_close(g_steps, e_steps, rtol=1e-4, atol=1e-5)
+    for g, e in zip(g_weights + g_ax, e_weights + e_ax, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    assert g_ppl == pytest.approx(e_ppl, rel=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need CUDA")
+def test_under_impl_auto_the_graphed_awd_step_runs_weight_drop_on_the_fused_kernels(tmp_path, tiny_corpus):
+    from tests.helpers import composed, trainer_for
+    from vdrnn.config import to_container
+
+    tiny = [a for a in TINY if not a.startswith(("model=", "model.hidden_size", "model.impl"))]
+    for graph, on_kernels in (("auto", True), ("off", False)):  # eagerly, cuDNN is the faster
+        raw = to_container(composed("experiment=awd_ptb", *tiny, "model.hidden_size=16", "model.embedding_size=8",
+                                    f"data.root={tiny_corpus}", "device=cuda", f"trainer.cuda_graph={graph}"))
+        t = trainer_for(raw, tmp_path / graph)
+        t.graphed_step()
+        assert all(layer.weight_drop_on_kernels == on_kernels for layer in t.model.layers)
+        t.cleanup()

@@ -31,6 +31,7 @@ from vdrnn.tasks.lm.data import TokenStreams, batchify, minibatches
 from vdrnn.tasks.lm.model import LanguageModel
 from vdrnn.training.device import autocast
 from vdrnn.training.evaluation import mc_progress, samples_side_by_side
+from vdrnn.training.graphs import ShapeGraphs
 
 log = logging.getLogger("vdrnn")
 
@@ -41,21 +42,35 @@ def exp_or_inf(loss: float) -> float:
     return math.inf if loss >= 700 else math.exp(loss)
 
 
+def graphs_apply(device: torch.device, cfg) -> bool:
+    """Are evaluation's forward passes replayed from CUDA graphs (``trainer.cuda_graph``, on CUDA, in fp32)?"""
+    return cfg.trainer.cuda_graph != "off" and device.type == "cuda" and cfg.trainer.amp == "off"
+
+
 @torch.no_grad()
 def perplexity(model: LanguageModel, stream: torch.Tensor, batch_size: int, bptt: int,
-               amp: str = "off") -> float:
+               amp: str = "off", graphed: bool = False) -> float:
     """Weight-scaling perplexity of ``stream`` read as ``batch_size`` parallel streams. Each stream's last token is
     only a target and the tail that does not fill a stream is dropped (as Zaremba's code), so batch_size > 1 scores
-    a few tokens fewer than the N - 1 of one stream (73,740 of PTB validation's 73,759 at 20)."""
+    a few tokens fewer than the N - 1 of one stream (73,740 of PTB validation's 73,759 at 20).
+
+    ``graphed`` (CUDA): each minibatch shape's forward pass is recorded once as a CUDA graph and replayed (a test
+    stream at batch 1 is a thousand small passes, each otherwise waiting on Python's launches)."""
     device = next(model.parameters()).device
     data = batchify(stream, batch_size).to(device)
     state = model.initial_state(batch_size, device)
+
+    def nll_sum(inputs, targets, state):
+        with autocast(device, amp):
+            logits, state = model(inputs, state, stochastic=False)
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="sum").double(), state
+
+    run = ShapeGraphs(nll_sum) if graphed else nll_sum
     total = torch.zeros((), device=device, dtype=torch.float64)
     count = 0
     for inputs, targets in minibatches(data, bptt):
-        with autocast(device, amp):
-            logits, state = model(inputs, state, stochastic=False)
-        total += F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="sum").double()
+        nll, state = run(inputs, targets, state)
+        total += nll
         count += targets.numel()
     return exp_or_inf(total.item() / count)
 
@@ -101,10 +116,11 @@ def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batc
 def evaluate_all(model: LanguageModel, corpus: TokenStreams, cfg) -> dict[str, Any]:
     """Valid and test perplexity with weight scaling, plus MC test perplexity with ``eval=mc``."""
     d, e, amp = cfg.data, cfg.eval, cfg.trainer.amp
+    graphed = graphs_apply(next(model.parameters()).device, cfg)
     started = time.perf_counter()
     metrics: dict[str, Any] = {
-        "valid_ppl": perplexity(model, corpus.valid, d.eval_batch_size, d.bptt, amp),
-        "test_ppl": perplexity(model, corpus.test, d.test_batch_size, d.bptt, amp),
+        "valid_ppl": perplexity(model, corpus.valid, d.eval_batch_size, d.bptt, amp, graphed),
+        "test_ppl": perplexity(model, corpus.test, d.test_batch_size, d.bptt, amp, graphed),
     }
     if e.mode == "mc":
         mc_started = time.perf_counter()

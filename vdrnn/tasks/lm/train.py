@@ -17,12 +17,14 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from vdrnn.cells.lstm import LSTMLayer
 from vdrnn.kernels.graph import GraphedTrainStep
 from vdrnn.tasks.lm.data import batchify, minibatches, variable_minibatches
-from vdrnn.tasks.lm.evaluate import evaluate_all, exp_or_inf, perplexity
+from vdrnn.tasks.lm.evaluate import evaluate_all, exp_or_inf, graphs_apply, perplexity
 from vdrnn.tasks.lm.model import LanguageModel, detach_state
 from vdrnn.training import checkpoint
 from vdrnn.training.device import autocast
+from vdrnn.training.graphs import ShapeGraphs
 from vdrnn.training.loop import EpochSums
 from vdrnn.training.trainer import EpochTrainer
 
@@ -90,25 +92,58 @@ class LanguageModelTrainer(EpochTrainer):
         grad_norm = self.optimization.step(loss)
         return nll.detach(), grad_norm, detach_state(state)
 
-    def graphed_step(self) -> GraphedTrainStep | None:
-        """The whole step as one CUDA graph (:mod:`vdrnn.kernels.graph`), where that step is the whole story: on CUDA,
-        fixed BPTT length, no AR/TAR, plain SGD (Adam and ASGD, as built, refuse graph capture; NT-ASGD switches
-        optimizer mid-run), no fp16 loss scaling. A ``trainer.ema`` average is updated after each replay, outside the
-        graph (``Optimization.after_step``)."""
+    def graphed_step(self) -> GraphedTrainStep | ShapeGraphs | None:
+        """The step replayed from CUDA graphs (on CUDA, without fp16 loss scaling, whose scaler reads the host).
+
+        Where the step is Zaremba's and Gal's (fixed BPTT length, no AR/TAR, plain SGD): one graph of its own
+        (:mod:`vdrnn.kernels.graph`), whose clip is folded into the update. AWD's (random lengths, AR/TAR, averaged
+        SGD), in fp32: the eager :meth:`train_step` itself, recorded once per minibatch length
+        (:mod:`vdrnn.training.graphs`), its weight-dropped layers on the fused kernels under ``model.impl=auto``. Adam runs eagerly: its state is made at its first step, which a graph would
+        redo at every replay. A ``trainer.ema`` average is updated after each replay, outside the graph
+        (``Optimization.after_step``)."""
         t, d = self.cfg.trainer, self.cfg.data
-        if t.cuda_graph == "off" or self.device.type != "cuda" or t.amp == "fp16" or d.variable_bptt \
-                or t.ar > 0 or t.tar > 0 or t.optimizer != "sgd":
+        if t.cuda_graph == "off" or self.device.type != "cuda" or t.amp == "fp16" or t.optimizer == "adam":
             return None
         if self._graphed is None:
-            self._graphed = GraphedTrainStep(self.model, self.optimization.optimizer, t.clip, d.batch_size, d.bptt,
-                                             t.gal_decay, t.amp, sum_over_time=t.loss == "sum_over_time",
-                                             kl_scale=self.kl_scale)
+            if d.variable_bptt or t.ar > 0 or t.tar > 0 or t.optimizer != "sgd":
+                if t.amp != "off":  # autocast's cache of cast weights must not outlive a capture: the eager step
+                    return None
+                if self.cfg.model.impl == "auto":  # weight drop on the fused kernels: graphed, the faster
+                    for layer in self.model.layers:
+                        layer.weight_drop_on_kernels = isinstance(layer, LSTMLayer)
+                self._graphed = ShapeGraphs(self.train_step, keep=self.snapshot)
+            else:
+                self._graphed = GraphedTrainStep(self.model, self.optimization.optimizer, t.clip, d.batch_size,
+                                                 d.bptt, t.gal_decay, t.amp, sum_over_time=t.loss == "sum_over_time",
+                                                 kl_scale=self.kl_scale)
         return self._graphed
+
+    def snapshot(self):
+        """What a step changes (weights, optimizer state, the CUDA generator), kept; returns the function that puts
+        it back in place: the tensors a recorded graph reads and writes stay the same objects."""
+        weights = [p.detach().clone() for p in self.model.parameters()]
+        states = {p: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
+                  for p, s in self.optimization.optimizer.state.items()}
+        rng = torch.cuda.get_rng_state(self.device)
+
+        @torch.no_grad()
+        def restore() -> None:
+            for p, w in zip(self.model.parameters(), weights, strict=True):
+                p.copy_(w)
+            optimizer = self.optimization.optimizer
+            for p in states:
+                for k, v in states[p].items():
+                    if isinstance(v, torch.Tensor):
+                        optimizer.state[p][k].copy_(v)
+                    else:
+                        optimizer.state[p][k] = v
+            torch.cuda.set_rng_state(rng, self.device)
+
+        return restore
 
     def train_epoch(self, lr: float, bar: tqdm, sums: EpochSums, position: dict[str, Any] | None):
         d = self.cfg.data
         self.model.train()
-        graphed = self.graphed_step()
         # Where the epoch is: the next minibatch's first row and the hidden state carried into it (zero at the start).
         if position is None:
             self.next_row, self.carried = 0, self.model.initial_state(d.batch_size, self.device)
@@ -118,18 +153,29 @@ class LanguageModelTrainer(EpochTrainer):
 
         def step(batch):
             inputs, targets = batch
-            # AWD rescales the learning rate with the sequence length, so short minibatches count less.
-            step_lr = lr * inputs.shape[0] / d.bptt if d.variable_bptt else lr
-            if graphed is not None:
-                self.optimization.set_lr(step_lr)  # a new value re-records the graph (once per epoch)
-                loss, grad_norm, self.carried = graphed(inputs, targets, self.carried)
-            else:
-                loss, grad_norm, self.carried = self.train_step(inputs, targets, self.carried, step_lr)
-            self.next_row += inputs.shape[0]
+            loss, grad_norm = self.advance(inputs, targets, lr)
             return loss, grad_norm, targets.numel(), targets.numel()
 
         stats = self.train_loop(self.minibatches(self.next_row), step, lr, bar, sums)
         return None if stats is None else {**stats, "train_ppl": exp_or_inf(stats["train_loss"])}
+
+    def advance(self, inputs: torch.Tensor, targets: torch.Tensor, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of the epoch at learning rate ``lr`` from the carried state, graphed where it can be
+        (:meth:`graphed_step`): (mean NLL, gradient norm), device tensors; the carried state and row move on."""
+        d = self.cfg.data
+        # AWD rescales the learning rate with the sequence length, so short minibatches count less.
+        step_lr = lr * inputs.shape[0] / d.bptt if d.variable_bptt else lr
+        graphed = self.graphed_step()
+        if isinstance(graphed, ShapeGraphs):  # a graph per length (and step lr); a new optimizer records anew
+            loss, grad_norm, self.carried = graphed(inputs, targets, self.carried, step_lr,
+                                                    key=(lr, id(self.optimization.optimizer)))
+        elif graphed is not None:
+            self.optimization.set_lr(step_lr)  # a new value re-records the graph (once per epoch)
+            loss, grad_norm, self.carried = graphed(inputs, targets, self.carried)
+        else:
+            loss, grad_norm, self.carried = self.train_step(inputs, targets, self.carried, step_lr)
+        self.next_row += inputs.shape[0]
+        return loss, grad_norm
 
     def epoch_position(self) -> dict[str, Any]:
         return {"row": self.next_row, "state": [(h.detach().clone(), c.detach().clone()) for h, c in self.carried]}
@@ -139,7 +185,8 @@ class LanguageModelTrainer(EpochTrainer):
 
     def validate(self) -> dict[str, float]:
         d = self.cfg.data
-        return {"ppl": perplexity(self.model, self.data.valid, d.eval_batch_size, d.bptt, self.cfg.trainer.amp)}
+        return {"ppl": perplexity(self.model, self.data.valid, d.eval_batch_size, d.bptt, self.cfg.trainer.amp,
+                                  graphs_apply(self.device, self.cfg))}
 
     def summary(self, record: dict[str, Any]) -> str:
         return f"train ppl {record['train_ppl']:.2f}  valid ppl {record['valid_ppl']:.2f}"

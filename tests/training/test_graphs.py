@@ -1,0 +1,75 @@
+"""Replaying steps from CUDA graphs, one per input shape (vdrnn.training.graphs), and what makes a step replayable:
+averaged SGD's state made up front, and a snapshot of the weights and optimizer that is put back in place."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vdrnn.training import graphs
+from vdrnn.training.optim import start_averaging_state
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need CUDA")
+
+
+def test_a_call_is_keyed_by_its_shapes_and_host_values_and_rebuilt_from_its_buffers():
+    state = [(torch.zeros(2, 3), torch.zeros(2, 3))]
+    args = (torch.zeros(5, 2, dtype=torch.long), state, 0.5)
+    key = graphs._shape_of(args)
+    assert key == graphs._shape_of((torch.ones(5, 2, dtype=torch.long), state, 0.5))
+    assert key != graphs._shape_of((torch.zeros(6, 2, dtype=torch.long), state, 0.5))  # another length
+    assert key != graphs._shape_of((torch.zeros(5, 2, dtype=torch.long), state, 0.25))  # another step lr
+    buffers = [torch.full(t.shape, 7.0) for t in graphs._tensors(args)]
+    rebuilt = graphs._rebuild(args, iter(buffers))
+    assert rebuilt[0] is buffers[0] and rebuilt[1][0][1] is buffers[2] and rebuilt[2] == 0.5
+    cloned = graphs._clone(rebuilt)
+    assert torch.equal(cloned[1][0][0], buffers[1]) and cloned[1][0][0] is not buffers[1]
+
+
+def test_averaged_sgds_state_made_up_front_is_the_one_it_makes_at_its_first_step():
+    torch.manual_seed(0)
+    lazy = [torch.nn.Parameter(torch.randn(3, 2)) for _ in range(2)]
+    eager = [torch.nn.Parameter(p.detach().clone()) for p in lazy]
+    a = torch.optim.ASGD(lazy, lr=3.0, t0=0, lambd=0.0, weight_decay=1e-3)
+    b = torch.optim.ASGD(eager, lr=3.0, t0=0, lambd=0.0, weight_decay=1e-3)
+    start_averaging_state(b)
+    made = {k: v.clone() for k, v in b.state[eager[0]].items()}
+    for lr in (3.0, 1.5, 2.0):  # AWD's lr changes with every minibatch length
+        for p, q in zip(lazy, eager, strict=True):
+            p.grad = torch.randn(3, 2)
+            q.grad = p.grad.clone()
+        for optimizer in (a, b):
+            optimizer.param_groups[0]["lr"] = lr
+            optimizer.step()
+    for p, q in zip(lazy, eager, strict=True):
+        assert torch.equal(p, q)
+        assert a.state[p].keys() == b.state[q].keys()
+        assert all(torch.equal(a.state[p][k], b.state[q][k]) for k in a.state[p])
+    assert made["step"].item() == 0 and made["eta"].item() == 3.0 and made["mu"].item() == 1
+    assert not made["ax"].any()
+
+
+@cuda
+def test_each_shape_is_recorded_once_and_replays_the_eager_numbers_with_fresh_masks():
+    weight = torch.randn(4, 4, device="cuda")
+
+    def fn(x, scale):
+        return x @ weight * scale * (torch.rand_like(x) > 0.5), x.sum()
+
+    def keep():  # the warm-up calls draw masks too: put the generator back after them
+        rng = torch.cuda.get_rng_state()
+        return lambda: torch.cuda.set_rng_state(rng)
+
+    replayed = graphs.ShapeGraphs(fn, keep=keep)
+    lengths = (3, 5, 3, 5, 3)
+    torch.manual_seed(3)
+    graphed = [replayed(torch.full((n, 4), i + 1.0, device="cuda"), 2.0) for i, n in enumerate(lengths)]
+    assert len(replayed) == 2
+    torch.manual_seed(3)
+    eager = [fn(torch.full((n, 4), i + 1.0, device="cuda"), 2.0) for i, n in enumerate(lengths)]
+    for (g, g_sum), (e, e_sum) in zip(graphed, eager, strict=True):
+        torch.testing.assert_close(g, e)  # the same masks: drawn from the generator's stream as eager
+        assert g_sum.item() == e_sum.item()
+    assert not torch.equal(graphed[0][0] != 0, graphed[2][0] != 0)  # fresh masks at every replay
+    replayed(torch.ones(3, 4, device="cuda"), 2.0, key="another")
+    assert len(replayed) == 1  # a new key drops the graphs recorded under the old one
