@@ -1,7 +1,7 @@
 """Time AWD-LSTM's training step and evaluation on one GPU: the eager step against the graphed ones.
 
-    python scripts/bench_awd.py --out results/bench_awd            # the table (bench_awd.md, bench_awd.json)
-    python scripts/bench_awd.py --check --steps 40 --out /tmp/b    # graphed == eager first, then the table
+    python scripts/bench_awd.py --check --steps 40      # graphed == eager first, then results/bench/awd.{md,json}
+    python scripts/bench_awd.py --out /tmp/b             # the table only, elsewhere
 
 The model, data and step are those of `vdrnn train experiment=awd_ptb` (3 LSTM layers of 1150/1150/400 units, batch
 80, random BPTT lengths around 70, weight drop 0.5 and locked dropout, AR/TAR, clip 0.25), on the PTB of
@@ -173,7 +173,7 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("results/bench_awd"))
+    parser.add_argument("--out", type=Path, default=Path("results/bench"), help="folder for awd.md and awd.json")
     parser.add_argument("--data", default=str(Path(os.environ.get("VDRNN_DATA_DIR", ".")) / "ptb"),
                         help="the PTB folder (default: $VDRNN_DATA_DIR/ptb)")
     parser.add_argument("--steps", type=int, default=60, help="minibatches timed per pass")
@@ -200,8 +200,8 @@ def main() -> None:
                   f"commit {commit or 'unknown'}; {datetime.date.today()}")
     text = "\n".join(["# AWD-LSTM step and evaluation", "", provenance, "", *checks, "", table(rows), ""])
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench_awd.md").write_text(text)
-    (args.out / "bench_awd.json").write_text(json.dumps({"provenance": provenance, "checks": checks, "rows": rows},
+    (args.out / "awd.md").write_text(text)
+    (args.out / "awd.json").write_text(json.dumps({"provenance": provenance, "checks": checks, "rows": rows},
                                                         indent=1))
     print(text)
 

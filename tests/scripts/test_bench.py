@@ -148,3 +148,17 @@ def test_kernel_ptx_types_pointers_by_name_and_refuses_an_argument_it_cannot_typ
     # TF32 products: W_hh stored in fp16, x_proj fp32.
     assert json.loads(tf32) == dict(json.loads(bf16), w_ptr="*fp16", xp_ptr="*fp32")
     assert refused.startswith("_step: argument 'alpha' is no pointer"), refused
+
+
+def test_bench_awds_ratios_are_against_the_eager_row_of_the_same_optimizer(monkeypatch):
+    bench_awd = load("bench_awd")
+    rows = [{"variant": v, "optimizer": o, "wps": wps, "ms": 1.0, "graphs": 0}
+            for v, o, wps in (("eager", "sgd", 100.0), ("eager", "asgd", 50.0), ("graphed", "sgd", 250.0),
+                              ("graphed", "asgd", 150.0))]
+    rows += [{"variant": "graphed", "eval": "test", "batch": 1, "graphed": g, "ppl": 60.0, "seconds": s}
+             for g, s in ((False, 4.0), (True, 2.0))]
+    text = bench_awd.table(rows)
+    assert "| graphed | sgd | 250 | 1.00 | 2.50x |" in text and "| graphed | asgd | 150 | 1.00 | 3.00x |" in text
+    assert "| test | graphed | 1 | 4.00 | 2.00 | 60.000 / 60.000 |" in text
+    if not torch.cuda.is_available():
+        assert "run it on a machine with a GPU" in str(exit_of(bench_awd.main, monkeypatch).code)
