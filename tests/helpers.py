@@ -103,7 +103,7 @@ def events_of(run: Path):
 
 
 def session_ends(run: Path) -> list[str]:
-    """The statuses of the TensorBoard hparams session ends a run folder's events hold, in order
+    """The end statuses of the TensorBoard hparams record that a run folder's events hold, in order
     (``STATUS_SUCCESS``, ``STATUS_FAILURE``): one once the run has ended, none while it runs or is stopped."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2

@@ -2,7 +2,7 @@
 
 Each run's output dir is its own TensorBoard run, so ``tensorboard --logdir <sweep dir>`` lists one
 run per job. The hparams table is written into that run's own event file (``SummaryWriter.add_hparams``
-would create an extra run per call), its session's end only once the run has ended: SUCCESS when it finished,
+would create an extra run per call), its end status only once the run has ended: SUCCESS when it finished,
 FAILURE when it failed, none while it runs or is stopped to go on later. metrics.json says the same from the start
 (``"status": "running"``) to the end (``finished``, ``failed`` or ``stopped``, with the reason).
 """
@@ -69,14 +69,14 @@ class RunLogger:
 
     def final(self, metrics: dict[str, Any], step: int) -> None:
         """The final numbers: TensorBoard's test/* scalars at ``step`` (best/* are logged by every epoch already),
-        the hparams session's successful end, and metrics.json."""
+        the hparams record's successful end, and metrics.json."""
         self.scalars({tag: metrics[key] for tag, key in self.final_tags.items()
                       if metrics.get(key) is not None and not tag.startswith("best/")}, step)
         self.end_session("STATUS_SUCCESS")
         write_atomically(self.run_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
 
     def status(self, status: str, record: dict[str, Any], failed: bool = False) -> None:
-        """metrics.json of a run without its result: ``{"status": status, **record}``; a failed run's hparams session
+        """metrics.json of a run without its result: ``{"status": status, **record}``; a failed run's hparams record
         ends with FAILURE."""
         if failed:
             self.end_session("STATUS_FAILURE")
