@@ -73,3 +73,22 @@ def test_each_shape_is_recorded_once_and_replays_the_eager_numbers_with_fresh_ma
     assert not torch.equal(graphed[0][0] != 0, graphed[2][0] != 0)  # fresh masks at every replay
     replayed(torch.ones(3, 4, device="cuda"), 2.0, key="another")
     assert len(replayed) == 1  # a new key drops the graphs recorded under the old one
+
+
+def test_an_average_made_up_front_is_not_read_before_the_first_averaged_step(tmp_path):
+    """Right after NT-ASGD's switch, ax is zeros: the weights validated, kept and evaluated stay the raw ones until
+    averaged SGD has stepped (as with torch's lazily made state, which has no ax until then)."""
+    from vdrnn.training.evaluation import load_evaluation_weights
+    from vdrnn.training.optim import has_average
+
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.ASGD(model.parameters(), lr=1.0, t0=0, lambd=0.0)
+    start_averaging_state(optimizer)
+    raw = [p.detach().clone() for p in model.parameters()]
+    payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "averaging": True}
+    assert not any(has_average(s) for s in optimizer.state.values())
+    load_evaluation_weights(model, payload, tmp_path / "last.pt")
+    assert all(torch.equal(p, r) for p, r in zip(model.parameters(), raw, strict=True))
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    assert all(has_average(s) for s in optimizer.state.values())

@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from vdrnn.training import checkpoint
 from vdrnn.training.device import device_name, prepare_device
-from vdrnn.training.optim import WeightAverage
+from vdrnn.training.optim import WeightAverage, has_average
 
 if TYPE_CHECKING:
     from vdrnn.tasks.base import Task
@@ -32,7 +32,7 @@ def load_evaluation_weights(model: torch.nn.Module, payload: dict[str, Any], pat
         average.load_state_dict(payload["weight_average"])
         values = dict(enumerate(average.averages()))
     elif payload.get("averaging"):  # the optimizer state is keyed by the parameters' order
-        values = {i: s["ax"] for i, s in payload["optimizer"]["state"].items() if "ax" in s}
+        values = {i: s["ax"] for i, s in payload["optimizer"]["state"].items() if has_average(s)}
     else:
         return
     with torch.no_grad():

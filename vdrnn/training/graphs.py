@@ -14,7 +14,7 @@ the graph as the shapes do; those ``fn`` reads elsewhere (which optimizer it ste
 change drops every graph. Outputs are cloned after each replay: another graph's replay may reuse their memory.
 
     graphs = ShapeGraphs(train_step, keep=snapshot)  # snapshot() -> restore(): the warm-up steps must not train
-    loss, grad_norm, state = graphs(inputs, targets, state, lr, key=id(optimizer))
+    loss, grad_norm, state = graphs(inputs, targets, state, lr, key=optimizer)
 """
 
 from __future__ import annotations

@@ -46,6 +46,12 @@ def make_optimizer(model: torch.nn.Module, trainer: TrainerConfig, averaging: bo
     return torch.optim.SGD(params, lr=trainer.lr, weight_decay=l2)
 
 
+def has_average(state: dict[str, Any]) -> bool:
+    """Does a parameter's averaged-SGD state hold a running mean yet? Its ``ax`` is made with the state, as zeros
+    where the state is made up front (:func:`start_averaging_state`), and is the mean from the first step on."""
+    return "ax" in state and float(state["step"]) > 0
+
+
 @torch.no_grad()
 def start_averaging_state(optimizer: torch.optim.ASGD) -> None:
     """The state ASGD makes for each parameter at its first step, made now: a CUDA graph must find it in place (a
@@ -202,7 +208,7 @@ class Optimization:
     def evaluation_weights(self):
         """Context in which the model holds the weights to validate and keep (see the class docstring)."""
         if self.averaging:
-            params = [p for p in self.model.parameters() if "ax" in self.optimizer.state[p]]
+            params = [p for p in self.model.parameters() if has_average(self.optimizer.state[p])]
             return swapped_weights(params, [self.optimizer.state[p]["ax"] for p in params])
         if self.average is not None:
             return swapped_weights(self.average.params, self.average.averages())

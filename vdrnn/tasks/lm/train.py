@@ -98,9 +98,9 @@ class LanguageModelTrainer(EpochTrainer):
         Where the step is Zaremba's and Gal's (fixed BPTT length, no AR/TAR, plain SGD): one graph of its own
         (:mod:`vdrnn.kernels.graph`), whose clip is folded into the update. AWD's (random lengths, AR/TAR, averaged
         SGD), in fp32: the eager :meth:`train_step` itself, recorded once per minibatch length
-        (:mod:`vdrnn.training.graphs`), its weight-dropped layers on the fused kernels under ``model.impl=auto``. Adam runs eagerly: its state is made at its first step, which a graph would
-        redo at every replay. A ``trainer.ema`` average is updated after each replay, outside the graph
-        (``Optimization.after_step``)."""
+        (:mod:`vdrnn.training.graphs`), its weight-dropped layers on the fused kernels under ``model.impl=auto``.
+        Adam runs eagerly: its state is made at its first step, which a graph would redo at every replay. A
+        ``trainer.ema`` average is updated after each replay, outside the graph (``Optimization.after_step``)."""
         t, d = self.cfg.trainer, self.cfg.data
         if t.cuda_graph == "off" or self.device.type != "cuda" or t.amp == "fp16" or t.optimizer == "adam":
             return None
@@ -168,7 +168,7 @@ class LanguageModelTrainer(EpochTrainer):
         graphed = self.graphed_step()
         if isinstance(graphed, ShapeGraphs):  # a graph per length (and step lr); a new optimizer records anew
             loss, grad_norm, self.carried = graphed(inputs, targets, self.carried, step_lr,
-                                                    key=(lr, id(self.optimization.optimizer)))
+                                                    key=(lr, self.optimization.optimizer))
         elif graphed is not None:
             self.optimization.set_lr(step_lr)  # a new value re-records the graph (once per epoch)
             loss, grad_norm, self.carried = graphed(inputs, targets, self.carried)
