@@ -16,7 +16,8 @@ from vdrnn import cli
 pytestmark = pytest.mark.slow
 
 TRAIN_TAGS = {"train/loss", "train/ppl", "train/lr", "train/grad_norm", "train/wps"}
-FINAL_TAGS = {"valid/ppl", "best/valid_ppl", "test/ppl", "test/ppl_mc"}
+FINAL_TAGS = {"valid/ppl", "best/valid_ppl", "test/ppl", "test/ppl_mc", "test/ece", "test/ece_mc", "test/brier",
+              "test/brier_mc", "test/entropy", "test/entropy_mc"}
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +67,12 @@ def test_tensorboard_events_read_back_with_hparams_in_the_same_file(ptb_run):
     tags = set(acc.Tags()["scalars"])
     assert TRAIN_TAGS | FINAL_TAGS <= tags
     assert [e.step for e in acc.Scalars("train/loss")] == [4, 8, 12]
-    test_ppl = json.loads((run / "metrics.json").read_text())["test_ppl"]
-    assert acc.Scalars("test/ppl")[-1].value == pytest.approx(test_ppl, rel=1e-5)
+    metrics = json.loads((run / "metrics.json").read_text())
+    for tag in ("test/ppl", "test/ece_mc", "test/brier"):
+        assert acc.Scalars(tag)[-1].value == pytest.approx(metrics[tag.replace("/", "_")], rel=1e-5)
+    # The next-token predictions' calibration by both estimators: 12 steps leave them near-uniform and unsure.
+    assert 0 <= metrics["test_ece"] < 1 and 0 < metrics["test_brier"] < 2 and metrics["test_entropy"] > 5
+    assert sum(metrics["test_reliability_mc"]["count"]) == sum(metrics["test_reliability"]["count"]) > 0
     # The hparams table, in this run's file: the experiment (its columns: the config keys and the final
     # tags) and this run's start (the values) and end, as tracking.RunLogger writes them.
     hp = acc.PluginTagToContent("hparams")

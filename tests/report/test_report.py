@@ -39,6 +39,13 @@ def test_report_groups_seeds_and_sets_paper_numbers_beside_ours(tmp_path, tiny_c
     assert not any(word in variational["overrides"] for word in ("experiment=", "seed=", "data.root="))
     png = (tmp_path / "report" / "valid_ppl.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    # What MC buys beyond perplexity: each row's calibration by weight scaling and MC, and reliability diagrams.
+    with open(tmp_path / "report" / "ptb_calibration.csv") as f:
+        calibration = {r["row"]: r for r in csv.DictReader(f)}
+    assert list(calibration) == list(rows)
+    assert " ± " in calibration["Variational (tied weights)"]["MC ECE"] and calibration["Zaremba et al. 2014"]["MC ECE"] == "–"
+    assert calibration["Variational (tied weights)"]["MC samples"] == "2"
+    assert (tmp_path / "report" / "ptb_reliability.png").read_bytes().startswith(b"\x89PNG")
 
 
 @pytest.mark.slow
@@ -464,3 +471,21 @@ def test_mc_settings_of_weight_scaling_runs_do_not_set_them_apart(tmp_path):
     assert sorted((row["seeds"], "eval.mode=mc" in row["row"]) for row in rows) == [("1", True), ("1", True),
                                                                                      ("2", False)]
     assert "???" not in "".join(base_settings().values())  # config.yaml's keys set by a group option
+
+
+@pytest.mark.slow
+def test_an_eval_sweep_over_mc_samples_reports_what_the_samples_cost_and_buy(tmp_path, tiny_corpus):
+    tiny = [a for a in TINY if not a.startswith("model=")]
+    run_in_process("train", "experiment=medium_variational", *tiny, "trainer.epochs=1", "eval=scale",
+                   f"data.root={tiny_corpus}", "hydra.run.dir=run", cwd=tmp_path)
+    run_in_process("eval", "-m", "checkpoint=run/best.pt", f"data.root={tiny_corpus}", "eval=mc",
+                   "eval.samples=1,4", "hydra.sweep.dir=evals", cwd=tmp_path)
+    run_in_process("report", "evals", "--out", "report", cwd=tmp_path)
+    with open(tmp_path / "report" / "ptb_evaluations.csv") as f:
+        rows = sorted(csv.DictReader(f), key=lambda r: r["mode"])
+    assert [r["mode"] for r in rows] == ["MC, 1 passes", "MC, 4 passes"]
+    for row in rows:  # per sample count: what it scored and what it cost
+        assert all(row[column] not in ("", "–") for column in ("MC test", "MC ECE", "MC Brier", "ECE", "MC seconds"))
+    assert rows[0]["ECE"] == rows[1]["ECE"]  # weight scaling does not depend on the samples
+    png = (tmp_path / "report" / "ptb_mc_samples.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000

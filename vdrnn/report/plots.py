@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import statistics
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,6 +58,52 @@ def save_curves(fig, axes, path: Path) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
         if ax.get_lines():  # a panel with no runs has nothing to name
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def reliability_panel(ax, row: Row) -> None:
+    """One row's reliability diagram: its seeds' bins pooled (``test_reliability`` in their metrics), by weight
+    scaling and, where every run has it, by MC dropout."""
+    runs = [run for run in row.runs if "test_reliability" in run]
+    kinds = [(suffix, label) for suffix, label in (("", "weight scaling"), ("_mc", "MC dropout"))
+             if all(f"test_reliability{suffix}" in run for run in runs)]
+    low = 1.0
+    for suffix, label in kinds:
+        sums = {k: [sum(v) for v in zip(*(run[f"test_reliability{suffix}"][k] for run in runs), strict=True)]
+                for k in ("count", "right", "confidence")}
+        filled = [i for i, n in enumerate(sums["count"]) if n > 0]
+        confidence = [sums["confidence"][i] / sums["count"][i] for i in filled]
+        accuracy = [sums["right"][i] / sums["count"][i] for i in filled]
+        low = min(low, *confidence, *accuracy)
+        # The seeds' ECEs averaged, as the tables give them; the pooled curve's own ECE would be another number.
+        ece = statistics.mean(run[f"test_ece{suffix}"] for run in runs)
+        ax.plot(confidence, accuracy, "o-", markersize=3, label=f"{label} (mean ECE {ece:.4f})")
+    ax.plot([0, 1], [0, 1], "k--", linewidth=0.8, label="calibrated")
+    lim = max(0.0, math.floor(low * 10) / 10)
+    ax.set(xlim=(lim, 1), ylim=(lim, 1), xlabel="confidence (bin mean)", ylabel="accuracy")
+    # Rows named by their overrides can outgrow a panel: wrap them rather than let titles overlap.
+    ax.set_title(textwrap.fill(f"{row.label} (n={len(runs)})", 50) + f"\n{row.dropout}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def reliability_figure(rows: list[Row], path: Path) -> None:
+    """Reliability diagrams, a panel per row (its seeds pooled): accuracy against confidence per confidence bin,
+    weight scaling and MC; a calibrated model lies on the diagonal, an underconfident one above it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = min(4, max(1, len(rows)))
+    lines = max(1, -(-len(rows) // columns))
+    fig, axes = plt.subplots(lines, columns, figsize=(4.2 * columns, 4.4 * lines), squeeze=False)
+    for ax, row in zip(axes.flat, rows, strict=False):
+        reliability_panel(ax, row)
+    for ax in list(axes.flat)[len(rows):]:
+        ax.set_visible(False)
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)

@@ -257,3 +257,55 @@ def test_amp_reaches_every_forward_pass_of_the_evaluation(mc):
         else:
             perplexity(model, stream, batch_size=2, bptt=7, amp=amp)
         assert len(seen) == (5 if mc else 2) and set(seen) == {dtype}  # minibatches of 7 of 29 rows (MC), of 14
+
+
+# ----------------------------------------------------------------------------- calibration of next-token predictions
+def test_the_tests_calibration_scores_are_those_of_its_predictive_distributions():
+    from vdrnn.calibration import Calibration, expected_calibration_error
+
+    model = model_with("none")
+    stream = torch.randint(0, V, (50,))
+    calibration = Calibration()
+    perplexity(model, stream, batch_size=1, bptt=7, calibration=calibration)
+    logits, _ = model(stream[:-1, None], model.initial_state(1, "cpu"))
+    probs, targets = logits[:, 0].softmax(dim=-1).double(), stream[1:]
+    scores = calibration.summary()
+    assert scores["ece"] == pytest.approx(expected_calibration_error(probs, targets), abs=1e-6)
+    brier = (probs - torch.nn.functional.one_hot(targets, V)).square().sum(dim=1).mean().item()
+    assert scores["brier"] == pytest.approx(brier, rel=1e-5)
+    assert scores["entropy"] == pytest.approx(-(probs * probs.log()).sum(dim=1).mean().item(), rel=1e-5)
+    assert sum(scores["reliability"]["count"]) == 49
+
+
+@pytest.mark.parametrize("batch", [3, 2], ids=["one-pass", "several-passes"])
+def test_mc_calibration_without_dropout_is_weight_scalings_in_one_pass_and_in_several(batch):
+    from vdrnn.calibration import Calibration
+
+    model = model_with("none")
+    stream = torch.randint(0, V, (60,))
+    ws, mc = Calibration(), Calibration()
+    perplexity(model, stream, 1, 8, calibration=ws)
+    mc_perplexity(model, stream, samples=3, batch=batch, bptt=8, calibration=mc)
+    ws, mc = ws.summary(), mc.summary()
+    assert ws.keys() == mc.keys()
+    for key in ("ece", "brier", "entropy"):
+        assert mc[key] == pytest.approx(ws[key], rel=1e-5, abs=1e-7)
+    assert mc["reliability"]["count"] == ws["reliability"]["count"]
+
+
+# 3 samples in one pass are replicas 0, 1, 2; at batch 2 they run 2 + 1: replicas 0, 1, then 0 again.
+@pytest.mark.parametrize("batch,replicas", [(3, [0, 1, 2]), (2, [0, 1, 0])], ids=["one-pass", "several-passes"])
+def test_mc_calibration_scores_the_mean_of_the_samples_probabilities(batch, replicas):
+    from vdrnn.calibration import Calibration
+
+    model = FixedSamples()
+    model.vocab_size = 3
+    stream = torch.tensor([2, 0, 1, 2, 2])  # targets 0, 1, 2, 2
+    calibration = Calibration()
+    mc_perplexity(model, stream, samples=3, batch=batch, bptt=2, calibration=calibration)
+    mean = FixedSamples.PROBS[replicas].mean(dim=0).double()  # the same prediction at every step
+    confidence, top = mean.max(dim=0)
+    right = (stream[1:] == top).double().mean().item()
+    scores = calibration.summary()
+    assert scores["ece"] == pytest.approx(abs(right - confidence.item()), abs=1e-6)
+    assert scores["entropy"] == pytest.approx(-(mean * mean.log()).sum().item(), rel=1e-5)

@@ -14,20 +14,14 @@ import torch
 from torch import nn
 
 from tests.helpers import fit, trainer_for
+from vdrnn.calibration import ece_difference, ece_floor, expected_calibration_error, reliability_bins
 from vdrnn.dropout import DropoutConfig, make_dropout
 from vdrnn.errors import ConfigError, DataError
 from vdrnn.tasks.sentiment.config import SentimentDataConfig, SentimentModelConfig
 from vdrnn.tasks.sentiment.data import CLASSIFICATION, Split, load_data
 from vdrnn.tasks.sentiment.datasets import imdb, scale
 from vdrnn.tasks.sentiment.datasets.scale import AUTHORS
-from vdrnn.tasks.sentiment.metrics import (
-    classification_metrics,
-    ece_difference,
-    ece_floor,
-    expected_calibration_error,
-    reliability_bins,
-    rmse,
-)
+from vdrnn.tasks.sentiment.metrics import classification_metrics, rmse
 from vdrnn.tasks.sentiment.model import SentimentModel
 from vdrnn.tasks.sentiment.predict import predict, predict_mc
 from vdrnn.tasks.sentiment.text import PAD_ID, UNK, UNK_ID, build_vocab, chunks, pad, to_ids, tokenize
@@ -315,7 +309,7 @@ def test_ece_difference_tells_the_better_calibrated_of_two_predictors_of_the_sam
 
 
 def test_the_ece_difference_interval_is_the_basic_bootstrap_one_not_the_percentile_one():
-    from vdrnn.tasks.sentiment.metrics import ECE_BINS, _ece
+    from vdrnn.calibration import ECE_BINS, binned_ece
 
     a, labels = binary_predictor(300, sharpen=1.0, seed=7)
     b, _ = binary_predictor(300, sharpen=0.7, seed=7)
@@ -324,8 +318,8 @@ def test_the_ece_difference_interval_is_the_basic_bootstrap_one_not_the_percenti
     # the generator gives the same indices).
     index = torch.randint(300, (400, 300), generator=torch.Generator().manual_seed(3))
     (conf_a, pred_a), (conf_b, pred_b) = (p.double().max(dim=1) for p in (a, b))
-    resampled = (_ece(conf_a[index], (pred_a == labels)[index], ECE_BINS)
-                 - _ece(conf_b[index], (pred_b == labels)[index], ECE_BINS))
+    resampled = (binned_ece(conf_a[index], (pred_a == labels)[index], ECE_BINS)
+                 - binned_ece(conf_b[index], (pred_b == labels)[index], ECE_BINS))
     q_low, q_high = resampled.quantile(torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
     assert (low, high) == pytest.approx((2 * difference - q_high, 2 * difference - q_low))
     assert (low, high) != pytest.approx((q_low, q_high))  # the resamples sit off-centre here: the two differ

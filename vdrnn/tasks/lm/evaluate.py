@@ -14,6 +14,11 @@ the test stream is replicated as K columns of one batch, each column with its ow
 own hidden state, so 1,000 samples cost one pass over the stream at batch 1,000 (a scheme whose masks
 are shared by the batch, such as AWD's weight drop, runs its samples one by one instead). As in Gal's code,
 each sample keeps its masks for the whole stream by default (``eval.mc_masks=stream``).
+
+What MC buys beyond perplexity: the test's next-token predictions are also scored for calibration
+(:mod:`vdrnn.calibration`), by weight scaling and by MC: top-1 expected calibration error over 15 bins, the Brier
+score sum_v (p_v - [v = w_t])^2 and the predictive entropy, each per token and averaged, with the reliability
+diagram's bins (``test_ece``, ``test_brier``, ``test_entropy``, ``test_reliability``; ``_mc`` for MC).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from vdrnn.calibration import Calibration, token_scores
 from vdrnn.tasks.lm.data import TokenStreams, batchify, minibatches
 from vdrnn.tasks.lm.model import LanguageModel
 from vdrnn.training.device import autocast
@@ -49,13 +55,14 @@ def graphs_apply(device: torch.device, cfg) -> bool:
 
 @torch.no_grad()
 def perplexity(model: LanguageModel, stream: torch.Tensor, batch_size: int, bptt: int,
-               amp: str = "off", graphed: bool = False) -> float:
+               amp: str = "off", graphed: bool = False, calibration: Calibration | None = None) -> float:
     """Weight-scaling perplexity of ``stream`` read as ``batch_size`` parallel streams. Each stream's last token is
     only a target and the tail that does not fill a stream is dropped (as Zaremba's code), so batch_size > 1 scores
     a few tokens fewer than the N - 1 of one stream (73,740 of PTB validation's 73,759 at 20).
 
     ``graphed`` (CUDA): each minibatch shape's forward pass is recorded once as a CUDA graph and replayed (a test
-    stream at batch 1 is a thousand small passes, each otherwise waiting on Python's launches)."""
+    stream at batch 1 is a thousand small passes, each otherwise waiting on Python's launches). ``calibration``
+    receives every next-token prediction's scores (top-1 confidence and correctness, entropy, Brier score)."""
     device = next(model.parameters()).device
     data = batchify(stream, batch_size).to(device)
     state = model.initial_state(batch_size, device)
@@ -63,32 +70,44 @@ def perplexity(model: LanguageModel, stream: torch.Tensor, batch_size: int, bptt
     def nll_sum(inputs, targets, state):
         with autocast(device, amp):
             logits, state = model(inputs, state, stochastic=False)
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="sum").double(), state
+        logits, targets = logits.flatten(0, 1).float(), targets.flatten()
+        scores = token_scores(logits.softmax(dim=-1), targets) if calibration is not None else ()
+        return F.cross_entropy(logits, targets, reduction="sum").double(), state, scores
 
     run = ShapeGraphs(nll_sum) if graphed else nll_sum
     total = torch.zeros((), device=device, dtype=torch.float64)
     count = 0
     for inputs, targets in minibatches(data, bptt):
-        nll, state = run(inputs, targets, state)
+        nll, state, scores = run(inputs, targets, state)
         total += nll
         count += targets.numel()
+        if calibration is not None:
+            calibration.add(*scores)
     return exp_or_inf(total.item() / count)
 
 
 @torch.no_grad()
 def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batch: int, bptt: int,
-                  word_dropout: bool = False, amp: str = "off", masks: str = "stream", progress: bool = False) -> float:
+                  word_dropout: bool = False, amp: str = "off", masks: str = "stream", progress: bool = False,
+                  calibration: Calibration | None = None) -> float:
     """MC-dropout perplexity of one stream, ``samples`` passes run ``batch`` at a time (``progress``: a bar).
 
     ``masks="stream"`` keeps each sample's masks for the whole stream, as Gal's ``run_MC_test`` (one
     ``sample_noise`` per pass over the test set); ``"minibatch"`` redraws them every ``bptt`` tokens, as
     in training. Fresh-per-step masks (Zaremba) are fresh either way.
+
+    ``calibration`` receives the scores of each token's MC predictive distribution, the mean of the samples' softmax
+    outputs over the whole vocabulary. Where all samples run in one pass it is taken a minibatch at a time; where
+    they take several, the sums wait in a [tokens, vocabulary] buffer (3.3 GB for PTB's test set) until the last.
     """
     device = next(model.parameters()).device
     stream = stream.to(device)
     batch = samples_side_by_side(model, batch, word_dropout)
     # prob_sum[t] = sum over samples of p(stream[t + 1] | stream[: t + 1]).
     prob_sum = torch.zeros(stream.numel() - 1, device=device, dtype=torch.float64)
+    one_pass = batch >= samples
+    dist_sum = (torch.zeros(stream.numel() - 1, model.vocab_size, device=device)
+                if calibration is not None and not one_pass else None)
     steps = math.ceil((stream.numel() - 1) / bptt)  # minibatches per pass, for the bar
     done, bar = 0, mc_progress(samples, progress)
     while done < samples:
@@ -106,10 +125,19 @@ def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batc
                 log_p = -F.cross_entropy(logits.float().flatten(0, 1), targets.repeat_interleave(replicas),
                                          reduction="none").view(-1, replicas)  # [T, replicas]
                 prob_sum[start : start + inputs.shape[0]] += log_p.double().exp().sum(dim=1)
+                if calibration is not None:
+                    dists = logits.float().softmax(dim=-1).sum(dim=1)  # [T, V]: the replicas' distributions summed
+                    if one_pass:
+                        calibration.add(*token_scores(dists / samples, targets))
+                    else:
+                        dist_sum[start : start + inputs.shape[0]] += dists
                 bar.update(replicas / steps)
         done += replicas
     bar.n = samples  # whole, not a float sum's rounding
     bar.close()
+    if dist_sum is not None:
+        for start in range(0, len(dist_sum), 4096):
+            calibration.add(*token_scores(dist_sum[start : start + 4096] / samples, stream[start + 1 : start + 4097]))
     return exp_or_inf(-(prob_sum / samples).log().mean().item())
 
 
@@ -118,14 +146,18 @@ def evaluate_all(model: LanguageModel, corpus: TokenStreams, cfg) -> dict[str, A
     d, e, amp = cfg.data, cfg.eval, cfg.trainer.amp
     graphed = graphs_apply(next(model.parameters()).device, cfg)
     started = time.perf_counter()
+    calibration = Calibration()
     metrics: dict[str, Any] = {
         "valid_ppl": perplexity(model, corpus.valid, d.eval_batch_size, d.bptt, amp, graphed),
-        "test_ppl": perplexity(model, corpus.test, d.test_batch_size, d.bptt, amp, graphed),
+        "test_ppl": perplexity(model, corpus.test, d.test_batch_size, d.bptt, amp, graphed, calibration),
+        **{f"test_{key}": value for key, value in calibration.summary().items()},
     }
     if e.mode == "mc":
         mc_started = time.perf_counter()
+        calibration = Calibration()
         metrics["test_ppl_mc"] = mc_perplexity(model, corpus.test, e.samples, e.batch, d.bptt, e.word_dropout, amp,
-                                               e.mc_masks, progress=cfg.trainer.progress)
+                                               e.mc_masks, progress=cfg.trainer.progress, calibration=calibration)
+        metrics.update({f"test_{key}_mc": value for key, value in calibration.summary().items()})
         metrics["mc_samples"] = e.samples
         metrics["mc_seconds"] = time.perf_counter() - mc_started
     metrics["eval_seconds"] = time.perf_counter() - started

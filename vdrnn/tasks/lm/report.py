@@ -11,7 +11,7 @@ from typing import Any
 
 from vdrnn.report.evaluations import Metric, evaluation_columns, evaluation_table
 from vdrnn.report.found import by_dataset
-from vdrnn.report.plots import draw_curves, save_curves
+from vdrnn.report.plots import draw_curves, reliability_figure, save_curves
 from vdrnn.report.rows import (
     QUIET_OVERRIDES,
     RUN_COLUMNS,
@@ -125,8 +125,27 @@ def collect(found: list[tuple[Path, dict[str, Any]]], pooled: tuple[str, ...] = 
     return {dataset: collect_ptb(runs, pooled) for dataset, runs in by_dataset(found).items()}
 
 
+CALIBRATION_COLUMNS = ["row", "size", "dropout", "seeds", "test ppl", "ECE", "Brier", "entropy", "MC test ppl",
+                       "MC ECE", "MC Brier", "MC entropy", "MC samples", "MC seconds"]
+
+
+def calibration_table(rows: list[PtbRow]) -> list[list[str]]:
+    """What MC dropout buys beyond perplexity, a line per row whose runs were scored for calibration: the test's
+    next-token predictions by weight scaling and by MC (top-1 ECE, Brier score, entropy in nats), with the MC test's
+    samples and seconds."""
+    lines = []
+    for row in rows:
+        cells = [mean_std(row.values(f"test_{key}{mc}"), digits, runs=len(row.runs))
+                 for mc in ("", "_mc") for key, digits in (("ppl", 2), ("ece", 4), ("brier", 4), ("entropy", 3))]
+        samples = sorted({str(run["mc_samples"]) for run in row.runs if "mc_samples" in run})
+        lines.append([row.label, row.size, dropout_cell(row.dropout, row.runs), row.seeds_cell(), *cells,
+                      ", ".join(samples) or "–", mean_std(row.values("mc_seconds"), 1, runs=len(row.runs))])
+    return lines
+
+
 def write(collected: dict[str, list[PtbRow]], out: Path) -> tuple[list[str], list[Path]]:
-    """Each corpus's table (.md, .csv) and validation curves (.png) in ``out``: (the tables as text, files written)."""
+    """Each corpus's table (.md, .csv) and validation curves (.png) in ``out``, and where runs were scored for
+    calibration their table and reliability diagrams: (the tables as text, files written)."""
     texts, written = [], []
     for dataset, rows in collected.items():
         table, curves = stems(dataset)
@@ -134,11 +153,20 @@ def write(collected: dict[str, list[PtbRow]], out: Path) -> tuple[list[str], lis
         texts.append(text if dataset == PAPER_CORPUS else f"{dataset}: perplexity of the kept checkpoints\n\n{text}")
         plot_ptb(rows, out / f"{curves}.png", "PTB" if dataset == PAPER_CORPUS else dataset)
         written += [out / f"{table}.md", out / f"{table}.csv", out / f"{curves}.png"]
+        scored = [row for row in rows if any("test_reliability" in run for run in row.runs)]
+        if scored:  # runs from before vdrnn scored language models' calibration have no such table
+            stem = f"{dataset}_calibration"
+            text = write_table(calibration_table(scored), CALIBRATION_COLUMNS, out / stem)
+            texts.append(f"{dataset}: calibration of the next-token predictions\n\n{text}")
+            reliability_figure(scored, out / f"{dataset}_reliability.png")
+            written += [out / f"{stem}.md", out / f"{stem}.csv", out / f"{dataset}_reliability.png"]
     return texts, written
 
 
 EVALUATION_METRICS: list[Metric] = [("valid_ppl", "valid", 1, False), ("test_ppl", "test", 1, False),
-                                    ("test_ppl_mc", "MC test", 1, False)]
+                                    ("test_ppl_mc", "MC test", 1, False), ("test_ece", "ECE", 4, False),
+                                    ("test_ece_mc", "MC ECE", 4, False), ("test_brier", "Brier", 4, False),
+                                    ("test_brier_mc", "MC Brier", 4, False), ("mc_seconds", "MC seconds", 1, False)]
 
 
 def evaluated_model(evaluation: dict[str, Any]) -> tuple[str, str]:
@@ -147,12 +175,55 @@ def evaluated_model(evaluation: dict[str, Any]) -> tuple[str, str]:
     return f"{name}, {size}", dropout
 
 
+def mc_sample_curves(found: list[tuple[Path, dict[str, Any]]]) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+    """A checkpoint's MC evaluations at several sample counts (``vdrnn eval -m eval=mc eval.samples=1,10,100,1000``):
+    checkpoint -> (samples, eval.json) in sample order, for the checkpoints scored at two counts or more."""
+    curves: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for _, evaluation in found:
+        if "test_ppl_mc" in evaluation:
+            curves.setdefault(evaluation.get("checkpoint", "?"), []).append((evaluation["mc_samples"], evaluation))
+    return {name: sorted(points, key=lambda point: point[0]) for name, points in curves.items()
+            if len({samples for samples, _ in points}) > 1}
+
+
+def plot_mc_samples(curves: dict[str, list[tuple[int, dict[str, Any]]]], path: Path) -> None:
+    """The cost and benefit of MC dropout against its samples: test perplexity, ECE and seconds, a line per checkpoint
+    (weight scaling, which costs one pass, as a dotted line of its colour)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for name, points in curves.items():
+        samples = [s for s, _ in points]
+        label = f"{evaluated_model(points[0][1])[0]}: {name}"
+        for ax, key, ws_key in zip(axes, ("test_ppl_mc", "test_ece_mc", "mc_seconds"), ("test_ppl", "test_ece", None),
+                                   strict=True):
+            line, = ax.plot(samples, [e.get(key, math.nan) for _, e in points], "o-", label=label)
+            if ws_key is not None:
+                ax.axhline(points[0][1].get(ws_key, math.nan), color=line.get_color(), linestyle=":", linewidth=1)
+    for ax, title in zip(axes, ("MC test perplexity", "MC test ECE (top-1, 15 bins)", "MC test seconds"), strict=True):
+        ax.set(xscale="log", xlabel="MC samples", title=title)
+        ax.grid(alpha=0.3)
+    axes[2].set_yscale("log")
+    axes[0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(1.7, -0.13))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
 def write_evaluations(evaluations: list[tuple[Path, dict[str, Any]]], out: Path) -> tuple[list[str], list[Path]]:
-    """A table per corpus of the `vdrnn eval`s of its checkpoints."""
+    """A table per corpus of the `vdrnn eval`s of its checkpoints, and where a checkpoint was scored by MC at several
+    sample counts, the curves of what the samples cost and buy (``{corpus}_mc_samples.png``)."""
     texts, written = [], []
     for dataset, found in by_dataset(evaluations).items():
         text = write_table(evaluation_table(found, EVALUATION_METRICS, evaluated_model),
                            evaluation_columns(EVALUATION_METRICS), out / f"{dataset}_evaluations")
         texts.append(f"{dataset}: checkpoints scored by vdrnn eval\n\n{text}")
         written += [out / f"{dataset}_evaluations.md", out / f"{dataset}_evaluations.csv"]
+        curves = mc_sample_curves(found)
+        if curves:
+            plot_mc_samples(curves, out / f"{dataset}_mc_samples.png")
+            written.append(out / f"{dataset}_mc_samples.png")
     return texts, written

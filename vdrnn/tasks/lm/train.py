@@ -219,11 +219,13 @@ class LanguageModelTrainer(EpochTrainer):
 
     # ----------------------------------------------------------------------------- testing
     def final_tags(self) -> dict[str, str]:
-        return {**super().final_tags(), "test/ppl": "test_ppl", "test/ppl_mc": "test_ppl_mc"}
+        scores = {f"test/{score}{mc}": f"test_{score}{mc}" for score in ("ppl", "ece", "brier", "entropy")
+                  for mc in ("", "_mc")}
+        return {**super().final_tags(), **scores}
 
     def test_metrics(self) -> dict[str, Any]:
         metrics = evaluate_all(self.model, self.data, self.cfg)
-        log.info("test ppl %.2f (valid %.2f)%s", metrics["test_ppl"], metrics["valid_ppl"],
-                 f", MC test ppl {metrics['test_ppl_mc']:.2f} ({self.cfg.eval.samples} samples)"
-                 if "test_ppl_mc" in metrics else "")
+        log.info("test ppl %.2f (valid %.2f), ECE %.4f%s", metrics["test_ppl"], metrics["valid_ppl"], metrics["test_ece"],
+                 f", MC test ppl {metrics['test_ppl_mc']:.2f}, ECE {metrics['test_ece_mc']:.4f} "
+                 f"({self.cfg.eval.samples} samples)" if "test_ppl_mc" in metrics else "")
         return metrics

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 import statistics
-import textwrap
 from pathlib import Path
 from typing import Any
 
+from vdrnn.report.plots import reliability_figure
 from vdrnn.tasks.sentiment.report import SentimentRow
 
 CALIBRATION_COLUMNS = ["run", "row", "accuracy (%)", "ECE", "ECE floor", "MC ECE", "MC ECE floor",
@@ -52,7 +52,7 @@ def calibration_line(name: str, label: str, runs: list[dict[str, Any]], differen
 
 def calibration_table(rows: list[SentimentRow]) -> list[list[str]]:
     """A line per run: both ECEs beside the floor a calibrated predictor would score, and which is the better
-    calibrated beyond chance (the difference's 95% interval excludes zero; see vdrnn.tasks.sentiment.metrics.ece_difference).
+    calibrated beyond chance (the difference's 95% interval excludes zero; see vdrnn.calibration.ece_difference).
 
     After a row's runs, where it has two seeds or more, a line of their means, which says which is the better
     calibrated across seeds: the mean difference with a 95% Student-t interval over the seeds (a run's own interval
@@ -77,44 +77,5 @@ def calibration_table(rows: list[SentimentRow]) -> list[list[str]]:
 
 
 def plot_reliability(rows: list[SentimentRow], path: Path) -> None:
-    """Reliability diagrams, a panel per row (its seeds pooled): accuracy against confidence per confidence bin,
-    weight scaling and MC; a calibrated model lies on the diagonal, an underconfident one above it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = [row for row in rows if any("test_reliability_mc" in run for run in row.runs)]
-    columns = min(4, len(panels))
-    lines = -(-len(panels) // columns)
-    fig, axes = plt.subplots(lines, columns, figsize=(4.2 * columns, 4.4 * lines), squeeze=False)
-    for ax, row in zip(axes.flat, panels, strict=False):
-        reliability_panel(ax, row)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-
-
-def reliability_panel(ax, row: SentimentRow) -> None:
-    """One row's reliability diagram: its seeds' bins pooled, weight scaling and MC."""
-    runs = [run for run in row.runs if "test_reliability_mc" in run]
-    low = 1.0
-    for suffix, label in (("", "weight scaling"), ("_mc", "MC dropout")):
-        sums = {k: [sum(v) for v in zip(*(run[f"test_reliability{suffix}"][k] for run in runs), strict=True)]
-                for k in ("count", "right", "confidence")}
-        filled = [i for i, n in enumerate(sums["count"]) if n > 0]
-        confidence = [sums["confidence"][i] / sums["count"][i] for i in filled]
-        accuracy = [sums["right"][i] / sums["count"][i] for i in filled]
-        low = min(low, *confidence, *accuracy)
-        # The seeds' ECEs averaged, as the tables give them; the pooled curve's own ECE would be another number.
-        ece = statistics.mean(run[f"test_ece{suffix}"] for run in runs)
-        ax.plot(confidence, accuracy, "o-", markersize=3, label=f"{label} (mean ECE {ece:.4f})")
-    ax.plot([0, 1], [0, 1], "k--", linewidth=0.8, label="calibrated")
-    lim = max(0.0, math.floor(low * 10) / 10)
-    ax.set(xlim=(lim, 1), ylim=(lim, 1), xlabel="confidence (bin mean)", ylabel="accuracy")
-    # Rows named by their overrides can outgrow a panel: wrap them rather than let titles overlap.
-    ax.set_title(textwrap.fill(f"{row.label} (n={len(runs)})", 50) + f"\n{row.dropout}", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    """Reliability diagrams of the rows whose runs were scored by MC dropout too (:func:`reliability_figure`)."""
+    reliability_figure([row for row in rows if any("test_reliability_mc" in run for run in row.runs)], path)

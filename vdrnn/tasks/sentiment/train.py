@@ -29,9 +29,10 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from vdrnn.calibration import ece_difference
 from vdrnn.tasks.sentiment.config import SentimentRunConfig
 from vdrnn.tasks.sentiment.data import CLASSIFICATION, SentimentData, minibatches, shuffled
-from vdrnn.tasks.sentiment.metrics import calibration_report, ece_difference
+from vdrnn.tasks.sentiment.metrics import calibration_report
 from vdrnn.tasks.sentiment.model import SentimentModel
 from vdrnn.tasks.sentiment.predict import evaluate_split, predict_split, split_metrics
 from vdrnn.training.device import autocast
