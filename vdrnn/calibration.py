@@ -135,7 +135,10 @@ class Calibration:
         self.count += confidence.numel()
 
     def summary(self) -> dict[str, object]:
-        """{ece, brier, entropy, reliability}: :func:`reliability_sums`' bins for the diagram."""
+        """{ece, brier, entropy, reliability}: :func:`reliability_sums`' bins for the diagram; empty where nothing
+        was added."""
+        if not self.count:
+            return {}
         confidence, correct = torch.cat(self.confidence), torch.cat(self.correct)
         return {"ece": binned_ece(confidence, correct, ECE_BINS).item(), "brier": float(self.brier) / self.count,
                 "entropy": float(self.entropy) / self.count, "reliability": reliability_sums(confidence, correct)}

@@ -225,7 +225,8 @@ class LanguageModelTrainer(EpochTrainer):
 
     def test_metrics(self) -> dict[str, Any]:
         metrics = evaluate_all(self.model, self.data, self.cfg)
-        log.info("test ppl %.2f (valid %.2f), ECE %.4f%s", metrics["test_ppl"], metrics["valid_ppl"], metrics["test_ece"],
-                 f", MC test ppl {metrics['test_ppl_mc']:.2f}, ECE {metrics['test_ece_mc']:.4f} "
-                 f"({self.cfg.eval.samples} samples)" if "test_ppl_mc" in metrics else "")
+        ece = {mc: f", ECE {metrics[f'test_ece{mc}']:.4f}" if f"test_ece{mc}" in metrics else "" for mc in ("", "_mc")}
+        log.info("test ppl %.2f (valid %.2f)%s%s", metrics["test_ppl"], metrics["valid_ppl"], ece[""],
+                 f", MC test ppl {metrics['test_ppl_mc']:.2f}{ece['_mc']} ({self.cfg.eval.samples} samples)"
+                 if "test_ppl_mc" in metrics else "")
         return metrics
