@@ -43,6 +43,15 @@ def _tensors(value) -> list[torch.Tensor]:
     return []
 
 
+def _rebuild(value, buffers):
+    """``value``'s structure with its tensors taken in order from ``buffers`` (host values as they are)."""
+    if isinstance(value, torch.Tensor):
+        return next(buffers)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_rebuild(v, buffers) for v in value)
+    return value
+
+
 def _shape_of(value):
     """What picks a call's graph: its tensors' shapes and dtypes, and its host values (a float, as it is)."""
     if isinstance(value, torch.Tensor):
@@ -60,6 +69,8 @@ class _Recorded:
 
 
 class ShapeGraphs:
+    """``fn`` replayed from a CUDA graph per input shape (see the module's docstring)."""
+
     def __init__(self, fn: Callable[..., Any], keep: Callable[[], Callable[[], None]] | None = None):
         """``fn(*args)``: nested lists/tuples of CUDA tensors in and out. ``keep()``, where ``fn`` has effects (a
         training step updates the weights), snapshots what it changes and returns the function that puts it back
@@ -75,7 +86,7 @@ class ShapeGraphs:
 
     def _warm_up(self, args, calls: int) -> None:
         # On a side stream, as PyTorch's recipe: compiles kernels and creates the cuBLAS / cuDNN handles and
-        # workspaces, none of which may happen under capture; settles lazily made state (an optimizer's).
+        # workspaces, none of which may happen under capture.
         restore = self.keep() if self.keep is not None else None
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -111,12 +122,3 @@ class ShapeGraphs:
             buffer.copy_(value)
         recorded.graph.replay()
         return _clone(recorded.outputs)
-
-
-def _rebuild(value, buffers):
-    """``value``'s structure with its tensors taken in order from ``buffers`` (host values as they are)."""
-    if isinstance(value, torch.Tensor):
-        return next(buffers)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_rebuild(v, buffers) for v in value)
-    return value
