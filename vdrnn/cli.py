@@ -337,26 +337,17 @@ def main(argv: list[str] | None = None) -> None:
     try:
         refuse_deletions(rest)
         check_plugins(rest)
+        # A single run's config is checked before Hydra starts the run: a bad one is refused in a fraction of a
+        # second and no run folder is made for it (Hydra would compose the config twice before the task could check
+        # it). A sweep's jobs are checked one by one as they start, so that a refused job fails alone.
+        if command == "train" and not any(arg.startswith("-") for arg in rest):
+            checked_config(quote_paths(rest))
     except VdrnnError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    if command == "train" and not any(arg.startswith("-") for arg in rest):
-        refuse_a_bad_config(quote_paths(rest))
     # Hydra reads sys.argv itself; give it the overrides and a program name for --help.
     sys.argv = [f"vdrnn {command}", *quote_paths(rest)]
     COMMANDS[command]()
-
-
-def refuse_a_bad_config(overrides: list[str]) -> None:
-    """A single run's config checked before Hydra starts the run: an unknown key or option, or a bad value, is refused
-    in a fraction of a second, with its message and status 2, and no run folder is made for it. Hydra would compose the
-    config twice before the task could check it; a sweep's jobs are checked one by one as they start (a refused job
-    fails alone)."""
-    try:
-        checked_config(overrides)
-    except VdrnnError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
 
 
 def checked_config(overrides: list[str]) -> dict:

@@ -90,8 +90,8 @@ class StopSignals:
         Python code (submitit's requeue), and return where it does; else raise RunStopped, saying what was ``kept``."""
         previous = self.previous.get(signum)
         if callable(previous) and previous is not signal.default_int_handler:
-            log.info("%s %s; handing the signal on to the handler installed before the run (%s)", signal_name(signum),
-                     kept.replace("at step", "came at step"), getattr(previous, "__qualname__", previous))
+            log.info("%s came %s; handing the signal on to the handler installed before the run (%s)",
+                     signal_name(signum), kept, getattr(previous, "__qualname__", previous))
             previous(signum, None)
             return
         raise RunStopped(signum, f"stopped by {signal_name(signum)} {kept}")
