@@ -8,12 +8,16 @@ One step = forward, cross-entropy, backward, clip_grad_norm_, SGD update, at bat
     reference  vdrnn's Python step loop (impl=reference), variational tied / untied, eager
     fast       the fused Triton recurrence (impl=fast) in a GraphedTrainStep, tied / untied
     fast-eager the fused recurrence without the graph (to show what the graph buys)
+    fast-zoneout, fast-semeniuta   the schemes after the paper on the same graphed fused path: zoneout
+               (z_c 0.25, z_h 0.025) and Semeniuta's candidate dropout (p 0.25, fresh per step), each beside
+               Zaremba's p=0.5 on the non-recurrent connections, as their presets
 
 Times are CUDA-event medians over many steps after warm-up. Writes bench.md and bench.json to --out.
 
     python scripts/bench.py --check --out results/bench          # correctness on the GPU, then the table
     python scripts/bench.py --mc --data $VDRNN_DATA_DIR/ptb --no-steps   # MC-dropout evaluation time only
     python scripts/bench.py --gru --no-steps                      # one masked GRU layer, fused vs reference
+    python scripts/bench.py --amp off --variants cudnn fast-tied fast-zoneout fast-semeniuta --out results/bench/schemes
     python scripts/bench.py --sweep --diag --profile              # tuning: block shapes, where time goes
 
 --sweep times one fused layer per block shape and runs the table with the fastest shape per size.
@@ -54,14 +58,18 @@ INIT = {650: 0.05, 1500: 0.04}
 
 
 STEP_VARIANTS = ("cudnn", "cudnn-graphed", "reference-tied", "reference-untied", "fast-tied", "fast-untied",
-                 "fast-eager-tied")
-GRAPHED_VARIANTS = ("cudnn-graphed", "fast-tied", "fast-untied")
+                 "fast-eager-tied", "fast-zoneout", "fast-semeniuta")
+GRAPHED_VARIANTS = ("cudnn-graphed", "fast-tied", "fast-untied", "fast-zoneout", "fast-semeniuta")
 MIN_ITERS = 4  # the reference and eager paths are timed over iters // 4 steps
 
 
 def dropout_for(variant: str) -> DropoutConfig:
     if variant.startswith("cudnn"):
         return DropoutConfig(scheme="zaremba", input=0.5, output=0.5)
+    if variant == "fast-zoneout":
+        return DropoutConfig(scheme="zoneout", zoneout_cell=0.25, zoneout_hidden=0.025, input=0.5, output=0.5)
+    if variant == "fast-semeniuta":
+        return DropoutConfig(scheme="semeniuta", candidate=0.25, input=0.5, output=0.5)
     per_gate = variant.endswith("untied")
     return DropoutConfig(scheme="variational", embedding=0.3, input=0.5, recurrent=0.3, output=0.5,
                          per_gate=per_gate)

@@ -24,7 +24,9 @@ GROUPS = {g: sorted(p.name[:-5] for p in CONF.joinpath(g).iterdir() if p.name.en
 # Gal & Ghahramani's Table 1 rows; the Gaussian presets share their names' form but are not rows of it.
 GAUSSIAN = [p for p in GROUPS["experiment"] if p.startswith(("medium_", "large_")) and "_gaussian" in p]
 LEARNED = [p for p in GAUSSIAN if p.endswith("_learned")]  # Kingma's adaptive alpha on a Gaussian preset
-TABLE1 = [p for p in GROUPS["experiment"] if p.startswith(("medium_", "large_")) and p not in GAUSSIAN]
+# The schemes after the paper, each on Table 1's medium model (no Table 1 row, no paper numbers for that size).
+BEYOND = [p for p in GROUPS["experiment"] if p in ("medium_zoneout", "medium_semeniuta", "medium_concrete")]
+TABLE1 = [p for p in GROUPS["experiment"] if p.startswith(("medium_", "large_")) and p not in GAUSSIAN + BEYOND]
 
 
 def validated(cfg):
@@ -211,6 +213,18 @@ def test_presets_carry_paper_numbers_and_a_run_command(preset):
     assert f"; paper: val {cfg.paper.valid}, test {cfg.paper.test}" in expect, expect
     if row.startswith("variational"):
         assert cfg.eval.mode == "mc" and cfg.paper.test_mc is not None
+
+
+@pytest.mark.parametrize("preset", BEYOND)
+def test_the_schemes_after_the_paper_run_on_table_1s_medium_model_beside_its_rows(preset):
+    """Zaremba's medium model and schedule, the scheme's own dropout group, no paper numbers of that size."""
+    assert len(BEYOND) == 3
+    cfg = validated(composed(f"experiment={preset}"))
+    medium = validated(composed("experiment=medium_zaremba"))
+    assert cfg.dropout.scheme == preset.removeprefix("medium_") and cfg.model == medium.model
+    assert cfg.trainer.epochs == medium.trainer.epochs == 39 and cfg.trainer.lr_decay == medium.trainer.lr_decay
+    assert composed(f"experiment={preset}").paper is None
+    assert re.match(rf"{MEASURED['ptb']}", assert_header_runs(preset))
 
 
 @pytest.mark.parametrize("preset", [p for p in GAUSSIAN if p not in LEARNED])

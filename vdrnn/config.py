@@ -292,11 +292,10 @@ def dropout_from(raw: dict[str, Any], model: ModelConfig) -> DropoutConfig:
     one mask per gate."""
     dropout = build(DropoutConfig, raw["dropout"], "dropout",
                     {"per_gate": (model.gates == "untied", "cell.gates=untied (a mask per gate)")})
-    scheme = SCHEMES[dropout.scheme]
-    if model.cell != "lstm" and scheme.lstm_only:
-        others = [name for name in in_table_order() if not SCHEMES[name].lstm_only]
-        raise ConfigError(f"dropout={dropout.scheme} cannot run on cell={model.cell}: "
-                          f"{scheme.lstm_only.format(cell=model.cell.upper())}. Use cell=lstm, or "
+    problem = SCHEMES[dropout.scheme].refuses_cell(model.cell, dropout)
+    if problem:
+        others = [name for name in in_table_order() if not SCHEMES[name].refuses_cell(model.cell)]
+        raise ConfigError(f"dropout={dropout.scheme} cannot run on cell={model.cell}: {problem}. Use cell=lstm, or "
                           f"dropout={' / '.join(others)}")
     if dropout.hidden and model.num_layers == 1:
         raise ConfigError(f"dropout.hidden={dropout.hidden} drops the inputs of layers 2..L, and model.num_layers=1 "

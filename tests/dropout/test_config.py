@@ -59,7 +59,7 @@ def test_mask_granularity_of_masks_a_scheme_never_draws_is_refused(name, key):
 
 def test_locked_mask_batch_with_moon_says_its_cell_mask_is_always_per_sample():
     with pytest.raises(ConfigError, match=r"locked_mask=batch does nothing with scheme 'moon': it sets how schemes "
-                                          r"variational, gaussian, awd draw .* \(Moon's cell mask is always one per "
+                                          r"variational, concrete, gaussian, awd draw .* \(Moon's cell mask is always one per "
                                           r"sample, Zaremba's masks are fresh every step\)"):
         DropoutConfig(scheme="moon", cell=0.5, locked_mask="batch")
 
@@ -95,7 +95,7 @@ def test_bool_kl_weight_is_refused():
 def test_learned_alpha_only_for_the_gaussian_scheme_and_kl_weight_only_with_it():
     with pytest.raises(ConfigError, match="learn_alpha.*dropout=gaussian"):
         DropoutConfig(scheme="variational", input=0.5, learn_alpha=True)
-    with pytest.raises(ConfigError, match="kl_weight=0.3 does nothing"):
+    with pytest.raises(ConfigError, match="kl_weight=0.3 weighs the regularizer of learned noise"):
         DropoutConfig(scheme="gaussian", input=0.5, kl_weight=0.3)
     with pytest.raises(ConfigError, match="kl_weight=-1"):
         DropoutConfig(scheme="gaussian", input=0.5, learn_alpha=True, kl_weight=-1)

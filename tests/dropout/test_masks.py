@@ -117,7 +117,7 @@ def test_locked_mask_batch_shares_every_fixed_over_time_mask_with_the_batch(name
     cfg = DropoutConfig(scheme=name, input=0.5, recurrent=0.3, output=0.4, locked_mask="batch", per_gate=per_gate,
                         learn_alpha=learn_alpha)
     dropout = make_dropout(cfg)
-    dropout.noise_scales([(D, H, GATES)], V)
+    dropout.noise_scales([(D, H, GATES)], V, {})
     masks = dropout.layer_masks(x_input(), H, GATES)
     gate = (GATES,) if per_gate else ()
     assert masks.x.shape == (1, *gate, D) and masks.h.shape == (1, *gate, H)

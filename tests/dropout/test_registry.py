@@ -45,7 +45,8 @@ MODULE = '''
         name = "input_only"
         sites = ("input",)
         table_order = 35
-        lstm_only = "it is the LSTM's only"
+        cells = ("lstm",)
+        cells_why = "it is the LSTM's only"
 
         def layer_masks(self, x, hidden_size, gates, layer=0):
             return LayerMasks(x=locked_mask(x, (x.shape[2],), self.config.input_p(layer), "sample"))

@@ -27,16 +27,44 @@ from tests.kernels.triton_setup import (  # noqa: F401 (exact_fp32: autouse fixt
 )
 from vdrnn.cells.gru import GRU_GATES, GRULayer, gru_reference
 from vdrnn.dropout import LayerMasks, bernoulli_mask
-from vdrnn.kernels import common, gemm
+from vdrnn.dropout.masks import constant_over, zoneout_draws
+from vdrnn.kernels import common, gemm, launch
 from vdrnn.kernels import gru as kernels_gru
 from vdrnn.kernels.gru import gru_fused
 
+# The candidate's and zoneout's masks (masks.g, masks.zone_h), alone and with the others: kind -> (g, zone_h, the
+# shared kind or "" for none). Semeniuta's m per step [T, B, H] or per sequence [B, H]; zoneout's draws d_t, or its
+# expectation (evaluation), a [T, B, H] view of one row.
+CELL_MASKS = {
+    "semeniuta_step": ("step", None, ""),
+    "semeniuta_sequence": ("sequence", None, ""),
+    "zoneout": (None, "draws", ""),
+    "zoneout_expected": (None, "expected", ""),
+    "semeniuta_fresh_x": ("step", None, "fresh_x"),  # the paper's PTB runs: with Zaremba's masks
+    "semeniuta_tied_h": ("sequence", None, "tied_h"),
+    "zoneout_fresh_x_tied_h": (None, "draws", "fresh_x_tied_h"),
+    "semeniuta_zoneout_untied": ("step", "draws", "untied"),
+}
+
 
 def make_masks(kind: str, steps: int, batch: int, inputs: int, hidden: int) -> LayerMasks:
+    like = torch.empty(steps, batch, 0, device=DEVICE)
     if kind == "none":  # per_gate with no mask: still the masked (fused) path
         return LayerMasks(per_gate=True)
     if kind == "tied_h":
-        return LayerMasks(h=bernoulli_mask((batch, hidden), 0.5, torch.empty(0, device=DEVICE)))
+        return LayerMasks(h=bernoulli_mask((batch, hidden), 0.5, like))
+    if kind == "fresh_x":  # Zaremba's input mask alone, fresh per step
+        return LayerMasks(x=bernoulli_mask((steps, batch, inputs), 0.5, like))
+    if kind in CELL_MASKS:
+        g, zone, base = CELL_MASKS[kind]
+        masks = make_masks(base, steps, batch, inputs, hidden) if base else LayerMasks()
+        if g is not None:
+            masks.g = bernoulli_mask((steps, batch, hidden) if g == "step" else (batch, hidden), 0.3, like)
+        if zone == "draws":
+            masks.zone_h = zoneout_draws((steps, batch, hidden), 0.3, like)
+        elif zone == "expected":
+            masks.zone_h = constant_over(like, hidden, 0.3)
+        return masks
     masks = shared_masks(kind, GRU_GATES, steps, batch, inputs, hidden)
     if masks is None:
         raise ValueError(kind)
@@ -80,7 +108,7 @@ def compare(steps, batch, inputs, hidden, kind, tol=FP32_TOL):
 
 
 @pytest.mark.parametrize("kind", ["none", "tied_h", "tied", "fresh_x_tied_h", "untied", "untied_x_only", "tied_batch",
-                                  "untied_batch", "gaussian_untied"])
+                                  "untied_batch", "gaussian_untied", *CELL_MASKS])
 def test_fused_gru_matches_reference(kind):
     torch.manual_seed(0)
     compare(steps=4, batch=3, inputs=5, hidden=13, kind=kind)
@@ -130,7 +158,7 @@ def test_fused_gru_skips_the_product_for_a_detached_initial_state(kind, monkeypa
 
 
 @pytest.mark.parametrize("multiple,units", [(1, 13), (16, 16)])
-@pytest.mark.parametrize("kind", ["tied", "untied"])
+@pytest.mark.parametrize("kind", ["tied", "untied", "semeniuta_zoneout_untied"])
 def test_fused_gru_dead_units_change_nothing(kind, multiple, units, monkeypatch):
     """13 units run by the kernels as 16 (3 dead units, launch.UNIT_MULTIPLE 16) or as they are: the same results."""
     runs = kernel_units(monkeypatch, kernels_gru, multiple)
@@ -158,23 +186,51 @@ def test_fused_gru_passes_the_masks_gradient(kind, block_plan):
     assert out[-1].shape == h_mask.shape and out[-1].abs().sum() > 0
 
 
-@pytest.mark.parametrize("batch,hidden", [(1, 37), (3, 37)])
-@pytest.mark.parametrize("kind", ["tied", "untied"])
-def test_fused_gru_split_k(kind, batch, hidden, block_plan):
+@pytest.mark.parametrize("kind,batch", [("tied", 1), ("tied", 3), ("untied", 1), ("untied", 3),
+                                        ("semeniuta_tied_h", 3), ("zoneout_fresh_x_tied_h", 3)])
+def test_fused_gru_split_k(kind, batch, block_plan):
     """Hidden 37 with 16-wide K slices: 3 slices, the last partly past H, summed by the last arriver."""
     torch.manual_seed(1)
-    compare(steps=3, batch=batch, inputs=4, hidden=hidden, kind=kind)
+    compare(steps=3, batch=batch, inputs=4, hidden=37, kind=kind)
 
 
-def test_fused_gru_inference_without_grad():
-    torch.manual_seed(2)
-    steps, batch, inputs, hidden = 3, 2, 5, 13
+def inference_error(kind: str, steps: int, batch: int, inputs: int, hidden: int) -> float:
+    """The no-grad path (saves nothing, as MC evaluation runs it): worst relative error of y and h_T."""
     x, h0, *params = random_problem(steps, batch, inputs, hidden)
-    masks = make_masks("untied", steps, batch, inputs, hidden)
+    masks = make_masks(kind, steps, batch, inputs, hidden)
     with torch.no_grad():
         y_ref, h_ref = gru_reference(x, h0, tuple(params), masks)
         y, h = gru_fused(x, h0, tuple(params), masks)
-    assert rel(y, y_ref) < 1e-5 and rel(h, h_ref) < 1e-5
+    return max(rel(y, y_ref), rel(h, h_ref))
+
+
+@pytest.mark.parametrize("kind", ["untied", "semeniuta_sequence", "zoneout_expected", "semeniuta_zoneout_untied"])
+def test_fused_gru_inference_without_grad(kind):
+    torch.manual_seed(2)
+    assert inference_error(kind, steps=3, batch=2, inputs=5, hidden=13) < FP32_TOL
+
+
+@pytest.mark.parametrize("kind", ["semeniuta_fresh_x", "zoneout_expected"])
+def test_fused_gru_many_batch_blocks_and_inference(kind, block_plan):
+    """More than one block of batch rows (B > 64): the masks' batch strides, on the no-grad path."""
+    assert launch.Plan(70, 32, DEVICE, GRU_GATES).n_b == 2
+    torch.manual_seed(2)
+    assert inference_error(kind, steps=2, batch=70, inputs=5, hidden=20) < FP32_TOL
+
+
+def test_fused_gru_reads_zoneouts_expectation_through_its_strides():
+    """Zoneout's expectation, one row expanded to [T, B, H], goes to the kernels as that one row (padded to the
+    kernels' units), read at every step and sample through zero strides; a per-sequence mask gets a zero time stride."""
+    steps, batch, hidden = 4, 3, 13
+    like = torch.empty(steps, batch, 0, device=DEVICE)
+    units = launch.Units(hidden)
+    zone, *strides = common.unit_mask(constant_over(like, hidden, 0.3), units, like)
+    assert zone.shape == (1, 1, units.padded) and strides == [0, 0]
+    assert zone[..., :hidden].eq(0.3).all() and zone[..., hidden:].eq(0).all()
+    g, *strides = common.unit_mask(bernoulli_mask((batch, hidden), 0.3, like), units, like)
+    assert g.shape == (1, batch, units.padded) and strides == [0, units.padded]
+    with pytest.raises(ValueError, match="mask on the units"):
+        common.unit_mask(torch.ones(steps, batch, hidden + 1, device=DEVICE), units, like)
 
 
 @pytest.mark.parametrize("per_gate", [False, True])
@@ -197,19 +253,44 @@ def test_gru_layer_fast_matches_reference(per_gate):
         assert rel(a, b) < 1e-5
 
 
+def test_gru_layer_fast_runs_the_kernels_for_the_candidate_and_zoneout_masks(monkeypatch):
+    """Semeniuta's and zoneout's masks alone (no h mask) make the layer's recurrence a masked one: with impl=fast the
+    kernels run it, with the reference's results."""
+    runs = kernel_units(monkeypatch, kernels_gru, launch.UNIT_MULTIPLE)
+    torch.manual_seed(3)
+    steps, batch, inputs, hidden = 3, 2, 5, 9
+    fast = GRULayer(inputs, hidden, impl="fast").to(DEVICE)
+    reference = GRULayer(inputs, hidden, impl="reference").to(DEVICE)
+    reference.load_state_dict(fast.state_dict())
+    x = torch.randn(steps, batch, inputs, device=DEVICE)
+    h0 = torch.randn(batch, hidden, device=DEVICE)
+    masks = make_masks("semeniuta_zoneout_untied", steps, batch, inputs, hidden)
+    masks = LayerMasks(g=masks.g, zone_h=masks.zone_h)
+    outputs = []
+    for layer in (fast, reference):
+        y, h = layer(x, h0, masks)
+        (y.square().sum() + h.sum()).backward()
+        outputs.append([y, h] + [p.grad for p in layer.parameters()])
+    assert len(runs) == 1
+    for a, b in zip(*outputs, strict=True):
+        assert rel(a, b) < FP32_TOL
+
+
 @gpu
-@pytest.mark.parametrize("kind", ["none", "tied", "untied"])
+@pytest.mark.parametrize("kind", ["none", "tied", "untied", "semeniuta_fresh_x", "zoneout_fresh_x_tied_h",
+                                  "zoneout_expected", "semeniuta_zoneout_untied"])
 def test_fused_gru_matches_reference_on_gpu(kind):
     torch.manual_seed(4)
     compare(steps=35, batch=20, inputs=64, hidden=128, kind=kind)
 
 
 @gpu
-def test_fused_gru_bf16_autocast_close_to_reference():
+@pytest.mark.parametrize("kind", ["tied", "semeniuta_zoneout_untied"])
+def test_fused_gru_bf16_autocast_close_to_reference(kind):
     torch.manual_seed(5)
     steps, batch, inputs, hidden = 7, 20, 48, 72
     leaves = random_problem(steps, batch, inputs, hidden)
-    masks = make_masks("tied", steps, batch, inputs, hidden)
+    masks = make_masks(kind, steps, batch, inputs, hidden)
     weights = loss_weights(steps, batch, hidden)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         ref = run_with_grads(gru_reference, leaves, masks, weights)
@@ -220,7 +301,7 @@ def test_fused_gru_bf16_autocast_close_to_reference():
 
 
 @gpu
-@pytest.mark.parametrize("kind", ["tied", "untied"])
+@pytest.mark.parametrize("kind", ["tied", "untied", "semeniuta_zoneout_untied"])
 def test_fused_gru_in_cuda_graph_matches_eager(kind):
     """Forward and backward captured in one CUDA graph, replayed on new inputs: eager's numbers."""
     torch.manual_seed(6)
@@ -239,8 +320,9 @@ def test_fused_gru_in_cuda_graph_matches_eager(kind):
     with torch.no_grad():  # new values in the captured input buffers
         for leaf in leaves:
             leaf.copy_(torch.randn_like(leaf) * leaf.std())
-        for mask in (masks.x, masks.h):
-            mask.copy_(mask.flip(0))
+        for mask in (masks.x, masks.h, masks.g, masks.zone_h):
+            if mask is not None:
+                mask.copy_(mask.flip(0))
     graph.replay()
     eager = run_with_grads(gru_fused, leaves, masks, weights)
     for name, a, b in zip(NAMES, captured, eager, strict=True):

@@ -37,6 +37,7 @@ from vdrnn.dropout import (
     gaussian_mask,
     make_dropout,
 )
+from vdrnn.dropout.masks import constant_over, zoneout_draws
 from vdrnn.kernels import common, gemm, launch
 from vdrnn.kernels import lstm as kernels_lstm
 from vdrnn.kernels.graph import GraphedTrainStep
@@ -58,10 +59,34 @@ def make_masks(kind: str, steps: int, batch: int, inputs: int, hidden: int) -> L
     if kind == "moon_c":  # dropout.cell_scale=c: the 1/(1-p) on c_t, inside the recurrence
         keep = torch.empty(batch, hidden, device=DEVICE).bernoulli_(0.6) / 0.6
         return LayerMasks(c=keep, c_scale=1.0)
+    if kind in NEW_SCHEME_MASKS:
+        return NEW_SCHEME_MASKS[kind](steps, batch, inputs, hidden, like)
     masks = shared_masks(kind, 4, steps, batch, inputs, hidden)
     if masks is None:
         raise ValueError(kind)
     return masks
+
+
+def zoneout(steps, batch, hidden, z, like):
+    return zoneout_draws((steps, batch, hidden), z, like)
+
+
+# Semeniuta's candidate masks and zoneout's draws, with the Zaremba input masks their schemes put beside them.
+NEW_SCHEME_MASKS = {
+    "semeniuta_step": lambda s, b, d, h, like: LayerMasks(x=bernoulli_mask((s, b, d), 0.3, like),
+                                                          g=bernoulli_mask((s, b, h), 0.4, like)),
+    "semeniuta_sequence": lambda s, b, d, h, like: LayerMasks(g=bernoulli_mask((b, h), 0.4, like)),
+    "zoneout": lambda s, b, d, h, like: LayerMasks(x=bernoulli_mask((s, b, d), 0.3, like),
+                                                   zone_c=zoneout(s, b, h, 0.5, like),
+                                                   zone_h=zoneout(s, b, h, 0.3, like)),
+    "zoneout_c": lambda s, b, d, h, like: LayerMasks(zone_c=zoneout(s, b, h, 0.5, like)),
+    "zoneout_h_tied": lambda s, b, d, h, like: LayerMasks(h=bernoulli_mask((b, h), 0.5, like),
+                                                          zone_h=zoneout(s, b, h, 0.4, like)),
+    "zoneout_expected": lambda s, b, d, h, like: LayerMasks(zone_c=constant_over(torch.empty(s, b, device=DEVICE),
+                                                                                 h, 0.5),
+                                                            zone_h=constant_over(torch.empty(s, b, device=DEVICE),
+                                                                                 h, 0.05)),
+}
 
 
 def random_problem(steps: int, batch: int, inputs: int, hidden: int):
@@ -94,6 +119,19 @@ STEPS, BATCH, INPUTS = 3, 3, 7
                                   "tied_batch", "untied_batch", "gaussian", "gaussian_untied", "moon", "moon_c"])
 def test_fused_matches_reference(kind, hidden, block_plan):
     assert_fused_matches_reference(kind, hidden)
+
+
+@pytest.mark.parametrize("kind", list(NEW_SCHEME_MASKS))
+def test_fused_matches_reference_with_candidate_and_zoneout_masks(kind, block_plan):
+    """Semeniuta's mask on g (fresh per step, or one per sequence) and zoneout's d on c and h (draws, or the
+    expectation as a zero-stride view), alone and beside the other masks: forward, and every gradient, h_0's
+    included (zoneout's gradient around the first step's update)."""
+    assert_fused_matches_reference(kind, hidden=33)
+
+
+@pytest.mark.parametrize("kind", ["semeniuta_step", "zoneout", "zoneout_expected"])
+def test_candidate_and_zoneout_masks_on_the_inference_path(kind):
+    assert inference_error(kind, steps=3, batch=5, inputs=5, hidden=20) < FP32_TOL
 
 
 @pytest.mark.parametrize("kind", ["tied", "untied", "gaussian_untied"])

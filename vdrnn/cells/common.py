@@ -46,6 +46,16 @@ def masked_linear(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, mas
     return (proj + bias).to(proj.dtype)  # the product's dtype (autocast's), as F.linear's, not promoted by the bias
 
 
+def at_step(mask: torch.Tensor, t: int) -> torch.Tensor:
+    """Step t's slice of a mask drawn fresh per step ([T, B, H]), or the mask itself if fixed over time ([B, H])."""
+    return mask[t] if mask.dim() == 3 else mask
+
+
+def zone(d: torch.Tensor, previous: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """Zoneout: ``previous`` where d = 1, ``new`` where d = 0, and d's mix of them for its expectation z."""
+    return d * previous + (1 - d) * new
+
+
 class SingleStateLayer(nn.Module):
     """A one-layer recurrence whose state is h alone (GRU, tanh RNN): ``module``'s stock kernel when unmasked, else
     ``masked_loop``'s recurrence, on the same weights."""
@@ -64,8 +74,8 @@ class SingleStateLayer(nn.Module):
                 masks: LayerMasks | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """x [T, B, D]; h0 [B, H]; returns (outputs [T, B, H], h_T)."""
         masks = masks or LayerMasks()
-        if masks.c is not None:
-            raise ValueError(f"{type(self).__name__} has no cell state: Moon's c-mask needs an LSTM")
+        if masks.c is not None or masks.zone_c is not None:
+            raise ValueError(f"{type(self).__name__} has no cell state: Moon's c-mask and zoneout on c need an LSTM")
         if masks.w_hh is not None:  # refused rather than silently ignored: AWD's weight drop is for the LSTM
             raise ValueError(f"{type(self).__name__} does not apply a weight-drop mask: AWD's W_hh mask needs an LSTM")
         if masks.recurrent:

@@ -3,7 +3,7 @@
     r = sigma(W_ir (x_t * z_x^r) + b_ir + W_hr (h_{t-1} * z_h^r) + b_hr)
     z = sigma(W_iz (x_t * z_x^z) + b_iz + W_hz (h_{t-1} * z_h^z) + b_hz)
     n = tanh(W_in (x_t * z_x^n) + b_in + r * (W_hn (h_{t-1} * z_h^n) + b_hn))
-    h_t = (1 - z) * n + z * h_{t-1}
+    h_t = (1 - z) * n + z * h_{t-1}      (n * Semeniuta's mask; then zoneout's d * h_{t-1} + (1 - d) * h_t)
 
 The layer holds a stock one-layer ``nn.GRU``, so the cell is PyTorch's (cuDNN's): the reset gate scales the recurrent
 product, r * (W_hn h + b_hn), where the Keras GRU of Gal's scripts resets the state before the product; only the
@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from vdrnn.cells import GATES
-from vdrnn.cells.common import SingleStateLayer, masked_linear, runs_kernels
+from vdrnn.cells.common import SingleStateLayer, at_step, masked_linear, runs_kernels, zone
 from vdrnn.dropout import LayerMasks
 
 GRU_GATES = GATES["gru"]
@@ -58,6 +58,9 @@ def gru_reference(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor,
         r = torch.sigmoid(x_r + h_r)
         z = torch.sigmoid(x_z + h_z)
         n = torch.tanh(x_n + r * h_n)
-        h = (1 - z) * n + z * h
+        if masks.g is not None:  # Semeniuta: the candidate update dropped
+            n = n * at_step(masks.g, t)
+        h_new = (1 - z) * n + z * h
+        h = h_new if masks.zone_h is None else zone(masks.zone_h[t], h, h_new)
         outputs.append(h)
     return torch.stack(outputs).to(x_proj.dtype), h

@@ -57,6 +57,16 @@ def keras_init_(rnn: nn.RNNBase) -> None:
             rnn.bias_ih_l0[rnn.hidden_size:2 * rnn.hidden_size] = 1.0
 
 
+def site_weights(layers: nn.ModuleList, head: nn.Linear) -> dict[str, torch.Tensor]:
+    """The weight each dropout site's mask multiplies: W_ih (``input{l}``) and W_hh (``recurrent{l}``) of every layer,
+    and the head's (``output``); what a learned-rate regularizer reads (Concrete dropout's l^2 ||W||^2 / (1-p))."""
+    weights = {"output": head.weight}
+    for index, layer in enumerate(layers):
+        w_ih, w_hh = layer.parameters_tuple()[:2]
+        weights[f"input{index}"], weights[f"recurrent{index}"] = w_ih, w_hh
+    return weights
+
+
 def layer_shapes(layers: nn.ModuleList) -> list[tuple[int, int, int]]:
     """(input size, hidden size, gates) of each recurrent layer: what a dropout scheme sizes its masks by."""
     return [(layer.input_size, layer.hidden_size, layer.gates) for layer in layers]

@@ -3,6 +3,8 @@
     i, f, o = sigma(.), g = tanh(.) of W_ih (x_t * z_x) + b_ih + W_hh (h_{t-1} * z_h) + b_hh
     c_t = f*c_{t-1} + i*g   (* Moon's m),   h_t = o * tanh(c_t)   (* Moon's 1/(1-p))
 
+with Semeniuta's mask on g, and zoneout's d mixing c_{t-1} into c_t and h_{t-1} into h_t where the scheme draws them.
+
 The parameters are those of a one-layer ``torch.nn.LSTM`` (``weight_ih_l0`` [4H, D], ``weight_hh_l0`` [4H, H], two
 biases), so a layer whose recurrence carries no mask runs the stock kernel and a masked one runs
 :func:`lstm_reference` (or the fused kernels, :func:`vdrnn.kernels.lstm.lstm_fused`) on the very same weights.
@@ -16,7 +18,7 @@ import torch
 from torch import nn
 
 from vdrnn.cells import GATES
-from vdrnn.cells.common import masked_linear, one_layer_parameters, runs_kernels
+from vdrnn.cells.common import at_step, masked_linear, one_layer_parameters, runs_kernels, zone
 from vdrnn.dropout import LayerMasks
 
 LSTM_GATES = GATES["lstm"]
@@ -106,12 +108,18 @@ def lstm_reference(x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor], pa
     for t in range(x.shape[0]):
         gates = x_proj[t].float() + masked_linear(h.to(x_proj.dtype), w_hh, b_hh, masks.h, masks.per_gate).float()
         i, f, g, o = gates.chunk(LSTM_GATES, dim=1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        g = torch.tanh(g)
+        if masks.g is not None:  # Semeniuta: the candidate update dropped
+            g = g * at_step(masks.g, t)
+        c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * g
         if masks.c is not None:
-            c = c * masks.c
-        h = torch.sigmoid(o) * torch.tanh(c)
+            c_new = c_new * masks.c
+        h_new = torch.sigmoid(o) * torch.tanh(c_new)
         if masks.c is not None:
-            h = h * masks.c_scale
+            h_new = h_new * masks.c_scale
+        # Zoneout: a unit keeps its previous value where d = 1; h's update above read the cell before zoneout.
+        c = c_new if masks.zone_c is None else zone(masks.zone_c[t], c, c_new)
+        h = h_new if masks.zone_h is None else zone(masks.zone_h[t], h, h_new)
         outputs.append(h)
     y = torch.stack(outputs)
     return y.to(x_proj.dtype), (h, c)

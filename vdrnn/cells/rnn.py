@@ -32,6 +32,9 @@ class RNNLayer(SingleStateLayer):
 def rnn_reference(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...],
                   masks: LayerMasks) -> tuple[torch.Tensor, torch.Tensor]:
     """The variational tanh RNN, step by step: x [T, B, D], h0 [B, H] -> (outputs [T, B, H], h_T)."""
+    if masks.g is not None or masks.zone_h is not None:  # refused rather than silently ignored
+        raise ValueError("the tanh RNN layer has no candidate update and no zoneout: Semeniuta's and Krueger's "
+                         "schemes need an LSTM or a GRU")
     w_ih, w_hh, b_ih, b_hh = params
     x_proj = masked_linear(x, w_ih, b_ih, masks.x, masks.per_gate)
     h = h0.float()

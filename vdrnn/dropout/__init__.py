@@ -7,8 +7,9 @@ W_x x_t + W_h h_{t-1} + b (gate order i, f, g, o as in ``torch.nn.LSTM``),
     i, f, o = sigma(a_i), sigma(a_f), sigma(a_o),   g = tanh(a_g),   c_t = f*c_{t-1} + i*g,   h_t = o*tanh(c_t).
 
 A *mask* z holds independent Bernoulli(1-p) draws divided by (1-p) ("inverted dropout"; N(1, p/(1-p)) draws in
-Kingma's scheme), so E[z] = 1 and evaluation with every mask equal to one (weight scaling, ``eval=scale``) needs no
-rescaling. The schemes differ in where masks go, their shape and how often they are drawn (B batch, D a layer's
+Kingma's scheme, relaxed Bernoulli draws in Concrete dropout), so E[z] = 1 and evaluation with every mask equal to one
+(weight scaling, ``eval=scale``) needs no rescaling. Zoneout is the exception: its d keeps a unit's previous value
+rather than zeroing it, and evaluation uses its expectation z. The schemes differ in where masks go, their shape and how often they are drawn (B batch, D a layer's
 input size, H its hidden size, G the cell's gates, V the vocabulary):
 
 | scheme                  | dropped tensors                    | mask shapes            | drawn                     |
@@ -19,7 +20,10 @@ input size, H its hidden size, G the cell's gates, V the vocabulary):
 | ``variational``, tied   | word types, x_t, h_{t-1}, output   | BxV, BxD, BxH, BxH     | per sample, per minibatch |
 | ``variational``, untied | the same, x_t and h_{t-1} per gate | BxV, BxGxD, BxGxH, BxH | per sample, per minibatch |
 | ``gaussian`` (Kingma)   | as variational, N(1, p/(1-p))      | as variational         | per sample, per minibatch |
+| ``concrete`` (Gal 2017) | as variational, each p learned     | as variational, tied   | per sample, per minibatch |
 | ``awd`` (Merity)        | word types, x_t, output, W_hh      | V, BxD, BxH, GHxH      | W_hh, V: per minibatch    |
+| ``semeniuta`` (2016)    | g_t (+ Zaremba's x_t, output)      | TxBxH or BxH           | every step, or per seq.   |
+| ``zoneout`` (Krueger)   | c_t, h_t kept (+ Zaremba's)        | TxBxH (d ~ Bern(z))    | every step, per sample    |
 
 "Per minibatch" means per truncated-BPTT segment: masks are redrawn for every minibatch while the hidden state is
 carried over from the previous one (Gal's ``main_new_dropout_SOTA_v3.lua``). MC dropout (``eval=mc``) uses the

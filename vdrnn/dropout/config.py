@@ -8,10 +8,12 @@ from vdrnn.dropout.masks import NOISES
 from vdrnn.dropout.registry import SCHEMES, in_table_order
 from vdrnn.errors import ConfigError
 
-SITES = ("embedding", "input", "hidden", "recurrent", "output", "cell", "weight")
+SITES = ("embedding", "input", "hidden", "recurrent", "output", "cell", "weight", "candidate", "zoneout_cell",
+         "zoneout_hidden")
 LEARNED_SITES = ("input", "hidden", "recurrent", "output")  # the sites whose alpha learn_alpha learns
 GRANULARITIES = ("sample", "batch")
 CELL_SCALES = ("h", "c")
+CANDIDATE_MASKS = ("step", "sequence")
 
 
 @dataclass(frozen=True)
@@ -21,12 +23,17 @@ class DropoutConfig:
     ``embedding`` is word-type dropout (drop whole word types, Gal sec. 4.1); ``input`` drops each layer's input (the
     embedding output for layer 1, the layer below's output above it), and ``hidden``, when set, replaces it for the
     inputs of layers 2..L (AWD's ``dropouth``); ``recurrent`` drops h_{t-1}; ``output`` drops the last layer's output
-    before the head; ``cell`` drops c_t (Moon); ``weight`` drops entries of each W_hh (AWD's weight drop).
+    before the head; ``cell`` drops c_t (Moon); ``weight`` drops entries of each W_hh (AWD's weight drop);
+    ``candidate`` drops the candidate update g_t (Semeniuta), with a mask fresh at every ``step`` or one per
+    ``sequence`` (``candidate_mask``); ``zoneout_cell`` and ``zoneout_hidden`` are zoneout's chances z_c, z_h that a
+    unit of c_t / h_t keeps its previous value (Krueger).
     ``embedding_mask`` and ``locked_mask`` say whether word-type and fixed-over-time masks are drawn per ``sample``
     (Gal) or once per ``batch`` and shared by its sequences (AWD's reference code for word types). ``per_gate`` gives
     every gate its own masks (Gal's untied weights, eq. 5), set from ``cell.gates``. ``cell_scale`` says where Moon's
     1/(1-p) goes. ``learn_alpha`` learns the Gaussian masks' variance with Kingma's KL term weighted by
     ``kl_weight``. ``embedding_noise`` draws the word-type masks from another distribution than the scheme's own.
+    Concrete dropout learns its p's with the relaxation's ``temperature`` and a regularizer whose weight term has the
+    prior ``lengthscale`` (times ``kl_weight``).
     """
 
     scheme: str = "none"
@@ -44,6 +51,12 @@ class DropoutConfig:
     learn_alpha: bool = False
     kl_weight: float = 1.0
     embedding_noise: str | None = None
+    candidate: float = 0.0
+    candidate_mask: str = "step"
+    zoneout_cell: float = 0.0
+    zoneout_hidden: float = 0.0
+    temperature: float = 0.1
+    lengthscale: float = 1e-4
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
@@ -95,14 +108,29 @@ class DropoutConfig:
                 raise ConfigError(f"dropout.embedding_noise={self.embedding_noise} draws the word-type masks, and "
                                   f"dropout.embedding=0 draws none: set dropout.embedding (e.g. 0.5) or drop the "
                                   f"override")
+        if self.candidate_mask not in CANDIDATE_MASKS:
+            raise ConfigError(f"dropout.candidate_mask={self.candidate_mask!r}; choose `step` (a fresh mask every "
+                              f"step) or `sequence` (one per sequence)")
+        if self.candidate_mask != "step" and "candidate" not in spec.sites:
+            raise ConfigError(f"dropout.candidate_mask={self.candidate_mask} draws the candidate's masks, which only "
+                              f"`dropout=semeniuta` drops; drop the override or pick that scheme")
+        for key, default in (("temperature", 0.1), ("lengthscale", 1e-4)):
+            value = getattr(self, key)
+            if not (is_number(value) and value > 0):
+                raise ConfigError(f"dropout.{key}={value!r} must be a number > 0 (Concrete dropout's default: "
+                                  f"{default:g})")
+            if value != default and not spec.learns_rates:
+                raise ConfigError(f"dropout.{key}={value} is Concrete dropout's; scheme {self.scheme!r} does not read "
+                                  f"it. Drop the override or use `dropout=concrete`")
         if self.learn_alpha and not spec.learns_noise:
             raise ConfigError(f"dropout.learn_alpha=true learns the variance of Gaussian masks; scheme {self.scheme!r} "
                               f"has none. Use `dropout=gaussian` (or `gaussian_untied`) or drop the override")
         if not (is_number(self.kl_weight) and self.kl_weight >= 0):
             raise ConfigError(f"dropout.kl_weight={self.kl_weight!r} must be a number >= 0 (1 is Kingma's ELBO)")
-        if self.kl_weight != 1.0 and not self.learn_alpha:
-            raise ConfigError(f"dropout.kl_weight={self.kl_weight} does nothing without dropout.learn_alpha=true "
-                              f"(with alpha fixed the KL term is a constant); drop it or learn alpha")
+        if self.kl_weight != 1.0 and not (self.learn_alpha or spec.learns_rates):
+            raise ConfigError(f"dropout.kl_weight={self.kl_weight} weighs the regularizer of learned noise: set "
+                              f"dropout.learn_alpha=true (Gaussian) or use `dropout=concrete`, or drop it (with the "
+                              f"noise fixed the KL term is a constant)")
 
     def _check_probabilities(self) -> None:
         """Every site's p is a probability, non-zero only at the scheme's sites, and some p is there to act on."""
@@ -122,10 +150,12 @@ class DropoutConfig:
             raise ConfigError("cell.gates=untied gives every gate its own masks on the layer inputs and h_{t-1}, and "
                               "dropout.input, dropout.hidden and dropout.recurrent are all 0: untied would change "
                               "nothing. Set one of them, or use cell.gates=tied")
-        if self.learn_alpha and not any(getattr(self, site) for site in LEARNED_SITES):
-            raise ConfigError(f"dropout.learn_alpha=true learns the noise of dropout.{', dropout.'.join(LEARNED_SITES)}, "
-                              f"and all are 0: there is nothing to learn. Set one of them (e.g. `dropout.input=0.3`) "
-                              f"or drop learn_alpha")
+        learner = "dropout.learn_alpha=true" if self.learn_alpha else (
+            f"dropout={self.scheme}" if SCHEMES[self.scheme].learns_rates else None)
+        if learner and not any(getattr(self, site) for site in LEARNED_SITES):
+            raise ConfigError(f"{learner} learns the noise of dropout.{', dropout.'.join(LEARNED_SITES)}, and all are "
+                              f"0: there is nothing to learn. Set one of them (e.g. `dropout.input=0.3`, the starting "
+                              f"point) or drop {'learn_alpha' if self.learn_alpha else 'the scheme'}")
 
     def input_p(self, layer: int) -> float:
         """Dropout probability on the input of layer ``layer`` (0-based)."""

@@ -36,6 +36,21 @@ def gaussian_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch
     return torch.empty(shape, device=like.device, dtype=torch.float32).normal_(1.0, math.sqrt(p / (1.0 - p)))
 
 
+def zoneout_draws(shape: tuple[int, ...], z: float, like: torch.Tensor) -> torch.Tensor:
+    """Zoneout's d_t: 1 (keep the previous value) with probability z, else 0; fp32, unscaled."""
+    import torch
+
+    return torch.empty(shape, device=like.device, dtype=torch.float32).bernoulli_(z)
+
+
+def constant_over(like: torch.Tensor, hidden_size: int, value: float) -> torch.Tensor:
+    """``value`` at every step, sample and unit of ``like`` [T, B, ...]: a [T, B, H] view of one [H] row."""
+    import torch
+
+    row = torch.full((1, 1, hidden_size), value, device=like.device, dtype=torch.float32)
+    return row.expand(like.shape[0], like.shape[1], hidden_size)
+
+
 Noise = Callable[[tuple[int, ...], float, "torch.Tensor"], "torch.Tensor"]
 NOISES: dict[str, Noise] = {"bernoulli": bernoulli_mask, "gaussian": gaussian_mask}  # by dropout.embedding_noise
 
@@ -51,6 +66,16 @@ def locked_mask(like: torch.Tensor, shape: tuple[int, ...], p: float, granularit
     """A mask fixed over time for ``like`` [T, B, ...]: [B, *shape] per sample, or [1, *shape] shared by the
     batch; None if p = 0."""
     return noise((locked_rows(like, granularity), *shape), p, like) if p > 0 else None
+
+
+def step_mask(like: torch.Tensor, hidden_size: int, p: float, fresh: bool, noise: Noise = bernoulli_mask
+              ) -> torch.Tensor | None:
+    """A mask on a layer's hidden units for ``like`` [T, B, ...]: [T, B, H], fresh at every step (``fresh``), or
+    [B, H], one per sequence; None if p = 0."""
+    if p == 0:
+        return None
+    steps, batch = like.shape[:2]
+    return noise((steps, batch, hidden_size) if fresh else (batch, hidden_size), p, like)
 
 
 def words_of(table: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor | None:
@@ -75,6 +100,11 @@ class LayerMasks:
     ``c_scale``: applied to h_t: 1/(1-p_cell) so that E[h_t] is preserved (1 with ``cell_scale=c``).
     ``w_hh``: AWD's weight-drop mask [G*H, H] on the recurrent weight, one for the whole minibatch.
       It leaves the recurrence a plain LSTM (with other weights), so cuDNN still runs it.
+    ``g``: Semeniuta's mask on the candidate update (the LSTM's g_t, the GRU's n_t), values {0, 1/(1-p)}: [T, B, H]
+      fresh per step or [B, H] fixed over the sequence.
+    ``zone_c``, ``zone_h``: zoneout's chance of keeping c_{t-1} / h_{t-1} for each unit at each step, [T, B, H]: the
+      draws d_t in {0, 1} in training and MC, or the expectation z (a [T, B, H] view of one [H] row) in
+      evaluation. ``zone_c`` is the LSTM's only.
     """
 
     x: torch.Tensor | None = None
@@ -83,14 +113,18 @@ class LayerMasks:
     c_scale: float = 1.0
     w_hh: torch.Tensor | None = None
     per_gate: bool = False
+    g: torch.Tensor | None = None
+    zone_c: torch.Tensor | None = None
+    zone_h: torch.Tensor | None = None
 
     @property
     def recurrent(self) -> bool:
         """True when the layer cannot run on the stock kernel (cuDNN on CUDA) and must take a masked recurrence
         (the reference loop, or the fused kernels with ``model.impl=fast``).
 
-        That is when an h or c mask acts inside the recurrence, or with per-gate masks even on x alone: the stock
-        kernel multiplies one [x_t; h_{t-1}] by all gates' weights, so it cannot give each gate its own masked
-        input. AWD's ``w_hh`` mask does not count: the dropped W_hh goes to the stock kernel as ordinary weights.
+        That is when an h, c, candidate or zoneout mask acts inside the recurrence, or with per-gate masks even on x
+        alone: the stock kernel multiplies one [x_t; h_{t-1}] by all gates' weights, so it cannot give each gate its
+        own masked input. AWD's ``w_hh`` mask does not count: the dropped W_hh goes to the stock kernel as ordinary
+        weights.
         """
-        return self.h is not None or self.c is not None or self.per_gate
+        return any(m is not None for m in (self.h, self.c, self.g, self.zone_c, self.zone_h)) or self.per_gate

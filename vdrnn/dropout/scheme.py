@@ -3,7 +3,9 @@
 A scheme is a class whose attributes say what the config checks and the report need to know of it (its sites, whether
 it has per-gate masks, which cells it runs on, where its rows sort) and whose methods draw the masks of one minibatch:
 word types (:meth:`DropoutScheme.word_type_table`), each layer's (:meth:`DropoutScheme.layer_masks`) and the output's
-(:meth:`DropoutScheme.output_mask`). The models call these; the layers only multiply (:mod:`vdrnn.cells`).
+(:meth:`DropoutScheme.output_mask`); in evaluation without noise, what stands in for the layers' masks
+(:meth:`DropoutScheme.expected_masks`: zoneout's expectation, nothing for the rest). The models call these; the layers
+only multiply (:mod:`vdrnn.cells`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from vdrnn.dropout.masks import NOISES, LayerMasks, Noise, bernoulli_mask, words
 if TYPE_CHECKING:
     import torch
 
+    from vdrnn.dropout.concrete import ConcreteRates
     from vdrnn.dropout.learned import NoiseScales
 
 @dataclass
@@ -31,7 +34,9 @@ class DropoutScheme:
     per_gate_masks: ClassVar[bool] = False  # a separate mask per gate under cell.gates=untied
     reads_locked_mask: ClassVar[bool] = False  # draws its fixed-over-time masks as dropout.locked_mask says
     learns_noise: ClassVar[bool] = False  # takes dropout.learn_alpha
-    lstm_only: ClassVar[str | None] = None  # why it needs the LSTM, for the error on another cell; None: any cell
+    learns_rates: ClassVar[bool] = False  # learns its dropout probabilities (Concrete dropout)
+    cells: ClassVar[tuple[str, ...]] = ("lstm", "gru", "rnn")  # the cells it runs on
+    cells_why: ClassVar[str] = ""  # why not on the others, for the error ("{cell}": the cell asked for)
     table_order: ClassVar[int] = 0  # where its rows sort in the report's tables
     # Masks fixed over time can be kept across minibatches (MC over a whole stream, Gal's protocol); masks drawn
     # fresh at every step (Zaremba) cannot.
@@ -56,9 +61,20 @@ class DropoutScheme:
         mask = words_of(table, tokens)
         return embedded if mask is None else embedded * mask
 
+    @classmethod
+    def refuses_cell(cls, cell: str, config: DropoutConfig | None = None) -> str | None:
+        """Why the scheme cannot run on ``cell`` with ``config`` (None: with any config), or None if it can."""
+        return None if cell in cls.cells else cls.cells_why.format(cell=cell.upper())
+
     def layer_masks(self, x: torch.Tensor, hidden_size: int, gates: int, layer: int = 0) -> LayerMasks:
         """Masks for layer ``layer`` (0-based) whose input is ``x`` [T, B, D]."""
         return LayerMasks()
+
+    def expected_masks(self, x: torch.Tensor, hidden_size: int, layer: int = 0) -> LayerMasks | None:
+        """What layer ``layer`` computes with in evaluation without noise (weight scaling), or None: every mask at
+        its mean of one, nothing to apply. Zoneout's expectation is not a mask of ones (it mixes in the previous
+        state), so it is applied here."""
+        return None
 
     def output_mask(self, y: torch.Tensor) -> torch.Tensor | None:
         """Mask for the last layer's output ``y`` [T, B, H], broadcastable to it, or None."""
@@ -72,7 +88,10 @@ class DropoutScheme:
         return (c.weight > 0 or c.locked_mask == "batch"
                 or (word_dropout and c.embedding > 0 and c.embedding_mask == "batch"))
 
-    def noise_scales(self, layers: list[tuple[int, int, int]], outputs: int) -> NoiseScales | None:
+    def noise_scales(self, layers: list[tuple[int, int, int]], outputs: int,
+                     weights: dict[str, torch.Tensor]) -> NoiseScales | ConcreteRates | None:
         """The scheme's learned parameters for a model whose layers are (input size, hidden size, gates) and whose
-        head has ``outputs`` rows, or None: only Kingma's adaptive Gaussian dropout learns any."""
+        head has ``outputs`` rows, or None: only Kingma's adaptive Gaussian dropout and Concrete dropout learn any.
+        ``weights`` are the weights each site's mask multiplies (``input{l}``: W_ih of layer l, ``recurrent{l}``:
+        its W_hh, ``output``: the head's), for a regularizer that reads them."""
         return None

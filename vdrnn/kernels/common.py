@@ -60,6 +60,24 @@ def mask_args(zh: torch.Tensor | None, zc: torch.Tensor | None, c_scale: float, 
     return zh, stride_b, stride_g, zh is not dummy, per_gate, zc, has_zc, float(c_scale)
 
 
+def unit_mask(mask: torch.Tensor | None, units: Units, like: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+    """A mask on a cell's units that the kernels read at every step, [T, B, H] (one a step: Semeniuta's per-step mask,
+    zoneout's draws) or [B, H] (fixed over time), as kernel arguments: (the mask at HP units, time stride, batch
+    stride), or (a dummy, 0, 0) for None. A broadcast dimension (one of size 1, or a
+    zero stride: zoneout's expectation is one row expanded) is read through a zero stride and padded as that one row,
+    never copied out to T * B rows."""
+    if mask is None:
+        return dummy(like), 0, 0
+    full = (*like.shape[:2], units.hidden)  # [T, B, H]
+    if mask.dim() not in (2, 3) or mask.shape[-1] != units.hidden or any(
+            size not in (1, want) for size, want in zip(mask.shape, full[-mask.dim():], strict=True)):
+        raise ValueError(f"a mask on the units must be [T, B, H] or [B, H], {full} here, not {tuple(mask.shape)}")
+    m = mask if mask.dim() == 3 else mask.unsqueeze(0)
+    m = m[tuple(slice(0, 1) if m.shape[i] == 1 or m.stride(i) == 0 else slice(None) for i in range(2))]
+    m = units.pad(m.float()).contiguous()  # copies only what is padded or not unit-contiguous
+    return m, *(0 if m.shape[i] == 1 else m.stride(i) for i in range(2))
+
+
 def dummy(like: torch.Tensor) -> torch.Tensor:
     """A valid pointer for kernel arguments that a constexpr switch leaves unused."""
     return torch.empty(1, device=like.device, dtype=torch.float32)

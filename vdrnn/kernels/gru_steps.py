@@ -7,13 +7,20 @@ import triton.language as tl
 from vdrnn.kernels import triton_parts as parts
 
 
+@triton.jit
+def unit_mask(ptr, t, stride_t, stride_b, offs_b, offs_j, mask_bj):
+    """This block of step t's mask on the units (Semeniuta's m_t, zoneout's d_t), read through its strides: a zero
+    stride reads the same row at every step or sample."""
+    return tl.load(ptr + t * stride_t + offs_b[:, None] * stride_b + offs_j[None, :], mask=mask_bj, other=0.0)
+
+
 # One launch per time step is the design (vdrnn.kernels.gru), so the whole step is one function.
 @triton.jit(do_not_specialize=["t"])
 def fwd_step(
-    t, xp_ptr, w_ptr, bias_ptr, hz_ptr, zh_ptr, hs_ptr, y_ptr, act_ptr, ws_ptr, cnt_ptr,
-    B, stride_w, stride_zb, stride_zg, stride_xg, stride_hzg,
-    H: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr, XP_GATE_MAJOR: tl.constexpr,
-    SAVE_ACTS: tl.constexpr,
+    t, xp_ptr, w_ptr, bias_ptr, hz_ptr, zh_ptr, g_ptr, zone_ptr, hs_ptr, y_ptr, act_ptr, ws_ptr, cnt_ptr,
+    B, stride_w, stride_zb, stride_zg, stride_xg, stride_hzg, stride_gt, stride_gb, stride_dt, stride_db,
+    H: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr, HAS_ZG: tl.constexpr, HAS_ZONE: tl.constexpr,
+    XP_GATE_MAJOR: tl.constexpr, SAVE_ACTS: tl.constexpr,
     OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
     K_CHUNK: tl.constexpr, SPLIT: tl.constexpr,
@@ -22,8 +29,10 @@ def fwd_step(
 
     hz: [NZ, T+1, B, H] in OP_DTYPE (gate stride stride_hzg), h_t masked (NZ = 3 copies for untied masks,
     else 1); hs: [T+1, B, H] fp32; x_proj: [T, B, 3H], or [3, T, B, H] (gate stride stride_xg) if
-    XP_GATE_MAJOR; acts: [T, B, 4H]; W: [3H, stride_w]; ws: [SPLIT, B, 3H] fp32 partial sums; cnt: one int32
-    arrival counter per (b, j) block.
+    XP_GATE_MAJOR; acts: [T, B, 4H] (n un-masked); W: [3H, stride_w]; ws: [SPLIT, B, 3H] fp32 partial sums; cnt:
+    one int32 arrival counter per (b, j) block. With HAS_ZG, Semeniuta's mask m_t on n at g_ptr + t * stride_gt +
+    b * stride_gb + j; with HAS_ZONE, zoneout's d_t at zone_ptr, strides (stride_dt, stride_db): fp32, a zero
+    stride reads one row for every step or sample.
     """
     pid_s = tl.program_id(1)
     t = t.to(tl.int64)
@@ -69,6 +78,10 @@ def fwd_step(
         if PER_GATE:
             z_z = tl.load(z_at + stride_zg, mask=mask_bj, other=0.0)
             z_n = tl.load(z_at + 2 * stride_zg, mask=mask_bj, other=0.0)
+    if HAS_ZG:
+        m = unit_mask(g_ptr, t, stride_gt, stride_gb, offs_b, offs_j, mask_bj)
+    if HAS_ZONE:
+        d = unit_mask(zone_ptr, t, stride_dt, stride_db, offs_b, offs_j, mask_bj)
     if SPLIT > 1:
         # Split-K as in the LSTM's kernels: the last of the SPLIT programs of this block to arrive adds the
         # partial sums in a fixed order (deterministic) and runs the cell; nobody waits.
@@ -92,7 +105,13 @@ def fwd_step(
     z = tl.sigmoid(x_z + acc_z + b_z)
     hn = acc_n + b_n
     n = 2.0 * tl.sigmoid(2.0 * (x_n + r * hn)) - 1.0  # tanh
-    h_new = (1.0 - z) * n + z * h_prev
+    if HAS_ZG:  # Semeniuta: the candidate dropped; acts keep n un-masked, the backward reads m again
+        n_d = n * m
+    else:
+        n_d = n
+    h_new = (1.0 - z) * n_d + z * h_prev
+    if HAS_ZONE:  # zoneout: units with d = 1 keep h_{t-1}
+        h_new = d * h_prev + (1.0 - d) * h_new
     tl.store(hs_ptr + (t + 1) * B * H + bh, h_new, mask=live)
     tl.store(y_ptr + t * B * H + bh, h_new.to(y_ptr.dtype.element_ty), mask=live)
     hz_next = hz_ptr + (t + 1) * B * H + bh  # the next step's operand
@@ -114,15 +133,17 @@ def fwd_step(
 # One launch per time step is the design (vdrnn.kernels.gru), so the whole step is one function.
 @triton.jit(do_not_specialize=["t"])
 def bwd_step(
-    t, dg_ptr, dgo_ptr, w_ptr, zh_ptr, dy_ptr, act_ptr, hs_ptr, carry_ptr, ws_ptr, cnt_ptr,
-    B, stride_w, stride_zb, stride_zg,
+    t, dg_ptr, dgo_ptr, w_ptr, zh_ptr, g_ptr, zone_ptr, dy_ptr, act_ptr, hs_ptr, carry_ptr, ws_ptr, cnt_ptr,
+    B, stride_w, stride_zb, stride_zg, stride_gt, stride_gb, stride_dt, stride_db,
     H: tl.constexpr, HAS_NEXT: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr,
+    HAS_ZG: tl.constexpr, HAS_ZONE: tl.constexpr,
     OP_DTYPE: tl.constexpr, OP_COPY: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
     K_CHUNK: tl.constexpr, KS: tl.constexpr,
 ):
-    """Step t in reverse: reads dg[t+1] (if HAS_NEXT), dy[t], acts[t], hs[t] and carry (= z_{t+1} dh_{t+1},
-    or dh_T at the last step); writes dg[t] = (da_r, da_z, da_n, dn_pre) and carry = z_t dh_t in place.
+    """Step t in reverse: reads dg[t+1] (if HAS_NEXT), dy[t], acts[t], hs[t], the masks m_t and d_t (as the
+    forward, if HAS_ZG / HAS_ZONE) and carry (the part of dh_t that bypasses step t+1's product, or dh_T at the last
+    step); writes dg[t] = (da_r, da_z, da_n, dn_pre) and, in place, carry = (z_t (1 - d_t) + d_t) dh_t.
 
     The product sums over 3H = (gate, k): program (j, s, b) takes gate s // KS and k-slice s % KS;
     ws [3*KS, B, H] holds the partial sums, cnt the arrival counters. It reads step t+1's (da_r, da_z, da_n)
@@ -144,6 +165,10 @@ def bwd_step(
     h_prev = tl.load(hs_ptr + t * B * H + bh, mask=mask_bj, other=0.0)
     dh = tl.load(dy_ptr + t * B * H + bh, mask=mask_bj, other=0.0).to(tl.float32)
     dh += tl.load(carry_ptr + bh, mask=mask_bj, other=0.0)
+    if HAS_ZG:
+        m = unit_mask(g_ptr, t, stride_gt, stride_gb, offs_b, offs_j, mask_bj)
+    if HAS_ZONE:
+        d = unit_mask(zone_ptr, t, stride_dt, stride_db, offs_b, offs_j, mask_bj)
     if HAS_NEXT:
         # dh_t += sum_g z_h^g * (da_{t+1}^g @ W_g): h_t fed every gate's product of step t+1.
         gate = pid_s // KS
@@ -165,12 +190,25 @@ def bwd_step(
     else:  # the last step (one program per block): no product of a later step
         live = mask_bj
 
-    # h_t = (1 - z) n + z h_{t-1};  n = tanh(x_n + r a_n)
-    dn_pre = dh * (1.0 - z) * (1.0 - n * n)
+    # h_t = d h_{t-1} + (1 - d) h~;  h~ = (1 - z) n m + z h_{t-1};  n = tanh(x_n + r a_n)
+    if HAS_ZONE:
+        dht = (1.0 - d) * dh
+    else:
+        dht = dh
+    if HAS_ZG:
+        n_d = n * m
+        dn = dht * (1.0 - z) * m
+    else:
+        n_d = n
+        dn = dht * (1.0 - z)
+    dn_pre = dn * (1.0 - n * n)
     da_r = dn_pre * hn * r * (1.0 - r)
-    da_z = dh * (h_prev - n) * z * (1.0 - z)
+    da_z = dht * (h_prev - n_d) * z * (1.0 - z)
     da_n = dn_pre * r
-    tl.store(carry_ptr + bh, dh * z, mask=live)
+    carry = dht * z
+    if HAS_ZONE:  # a zoned-out unit's gradient passes to h_{t-1} whole
+        carry += d * dh
+    tl.store(carry_ptr + bh, carry, mask=live)
     dg = dg_ptr + t * B * D + offs_b[:, None] * D + offs_j[None, :]
     tl.store(dg, da_r, mask=live)
     tl.store(dg + H, da_z, mask=live)

@@ -35,7 +35,7 @@ def _steps():
     return lstm_steps
 
 
-def _forward(x_proj, h0, c0, w_op, bias, margs, plan: launch.Plan, save_acts: bool):
+def _forward(x_proj, h0, c0, w_op, bias, margs, step_margs, plan: launch.Plan, save_acts: bool):
     """Run the T forward steps of the plan's H units; x_proj [T, B, 4, H] is contiguous or gate-major (``gate_major``).
     Returns y [T,B,H] (x_proj dtype), h_T [B,H] and cs [T+1,B,H] fp32, acts or None, and hz [NZ, T+1, B, H]: each
     step's product operand, h_t masked (NZ = 4 copies for untied masks) in W's dtype."""
@@ -45,7 +45,8 @@ def _forward(x_proj, h0, c0, w_op, bias, margs, plan: launch.Plan, save_acts: bo
     four_h = LSTM_GATES * hidden
     dev = x_proj.device
     zh, szb, szg, has_zh, per_gate, zc, has_zc, c_scale = margs
-    h_last = torch.empty(batch, hidden, device=dev, dtype=torch.float32)
+    (zg, sgt, sgb, has_g), (zone_c, szct, szcb, has_zone_c), (zone_h, szht, szhb, has_zone_h) = step_margs
+    h_last = h0.float().clone()  # h_{t-1} for zoneout on h, then h_T
     cs = torch.empty(steps + 1, batch, hidden, device=dev, dtype=torch.float32)
     cs[0].copy_(c0)
     # Gate-major, so that each gate's operands for the weight gradient are one [T*B, H] matrix.
@@ -64,9 +65,11 @@ def _forward(x_proj, h0, c0, w_op, bias, margs, plan: launch.Plan, save_acts: bo
     gate_major = common.gate_major(x_proj)  # once, not at each of the T launches
     for t in range(steps):
         fwd[plan.grid_f](
-            t, x_proj, w_op, bias, hz, zh, zc, c_scale, h_last, cs, y, acts, ws, counters,
-            batch, w_op.stride(0), szb, szg, x_proj.stride(2), hz.stride(0) if per_gate else 0, H=hidden,
-            HAS_ZH=has_zh, PER_GATE=per_gate, HAS_ZC=has_zc, XP_GATE_MAJOR=gate_major, SAVE_ACTS=save_acts,
+            t, x_proj, w_op, bias, hz, zh, zc, c_scale, zg, zone_c, zone_h, h_last, cs, y, acts, ws, counters,
+            batch, w_op.stride(0), szb, szg, x_proj.stride(2), hz.stride(0) if per_gate else 0,
+            sgt, sgb, szct, szcb, szht, szhb, H=hidden,
+            HAS_ZH=has_zh, PER_GATE=per_gate, HAS_ZC=has_zc, XP_GATE_MAJOR=gate_major,
+            HAS_G=has_g, HAS_ZONE_C=has_zone_c, HAS_ZONE_H=has_zone_h, SAVE_ACTS=save_acts,
             OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=plan.block_h_f, BLOCK_K=plan.block_k_f,
             K_CHUNK=plan.chunk_f, SPLIT=plan.split_f, ONE_GATE=plan.one_gate, num_warps=launch.NUM_WARPS,
             num_stages=plan.stages_f,
@@ -74,17 +77,23 @@ def _forward(x_proj, h0, c0, w_op, bias, margs, plan: launch.Plan, save_acts: bo
     return y, h_last, cs, (acts if save_acts else None), hz
 
 
-def _padded_forward(x_proj, h0, c0, w_hh, bias, zh, zc, c_scale: float, op_dtype: torch.dtype, save_acts: bool):
+def _padded_forward(x_proj, h0, c0, w_hh, bias, zh, zc, c_scale: float, step_masks, op_dtype: torch.dtype,
+                    save_acts: bool):
     """The T forward steps at the kernels' HP units (:class:`Units`): the one place that pads a layer's inputs, for
-    training and inference alike. Returns (units, plan, w_op, margs, h0 padded, ``_forward``'s results), all at HP.
-    x_proj [T, B, 4, HP] comes padded from ``input_product``."""
+    training and inference alike. ``step_masks`` are (g, zone_c, zone_h), each None or a mask read at every step.
+    Returns (units, plan, w_op, margs, step_margs, h0 padded, ``_forward``'s results), all at HP. x_proj
+    [T, B, 4, HP] comes padded from ``input_product``."""
     units = launch.Units(h0.shape[-1])
     bias, h0, c0, zh, zc = units.pad(bias, LSTM_GATES), units.pad(h0), units.pad(c0), units.pad(zh), units.pad(zc)
     stored = common.stored_dtype(op_dtype)
     plan = launch.plan_for(x_proj, units.padded, zh, stored, LSTM_GATES, one_gate_kernel=True)
     w_op = launch.pack_weight(w_hh, stored, plan)
-    margs = common.mask_args(zh, zc, c_scale, common.dummy(x_proj))
-    return units, plan, w_op, margs, h0, _forward(x_proj, h0, c0, w_op, bias, margs, plan, save_acts)
+    dummy = common.dummy(x_proj)
+    margs = common.mask_args(zh, zc, c_scale, dummy)
+    # Dead units get d = 0 and m = 0: they take their new value, zero, as without these masks.
+    step_margs = tuple((*common.unit_mask(m, units, x_proj), m is not None) for m in step_masks)
+    return (units, plan, w_op, margs, step_margs, h0,
+            _forward(x_proj, h0, c0, w_op, bias, margs, step_margs, plan, save_acts))
 
 
 class _FusedLSTM(torch.autograd.Function):
@@ -92,13 +101,14 @@ class _FusedLSTM(torch.autograd.Function):
     learned."""
 
     @staticmethod
-    def forward(ctx, x_proj, h0, c0, w_hh, bias, zh, zc, c_scale, op_dtype):
+    def forward(ctx, x_proj, h0, c0, w_hh, bias, zh, zc, c_scale, zg, zone_c, zone_h, op_dtype):
         ctx.dtypes = (x_proj.dtype, h0.dtype, c0.dtype, w_hh.dtype, bias.dtype)
         # From here on the kernels' HP units; the results are sliced back to H on the way out.
-        units, plan, w_op, margs, h0, (y, h_last, cs, acts, hz) = _padded_forward(
-            x_proj, h0, c0, w_hh, bias, zh, zc, c_scale, op_dtype, save_acts=True)
-        ctx.save_for_backward(w_op, w_hh, hz, cs, acts, margs[0], margs[5], h0, y)
+        units, plan, w_op, margs, step_margs, h0, (y, h_last, cs, acts, hz) = _padded_forward(
+            x_proj, h0, c0, w_hh, bias, zh, zc, c_scale, (zg, zone_c, zone_h), op_dtype, save_acts=True)
+        ctx.save_for_backward(w_op, w_hh, hz, cs, acts, margs[0], margs[5], h0, y, *(m[0] for m in step_margs))
         ctx.margs = margs[1:5] + margs[6:]
+        ctx.step_strides = tuple(m[1:] for m in step_margs)
         ctx.plan = plan
         ctx.units = units
         ctx.op_dtype = op_dtype
@@ -116,8 +126,9 @@ class _FusedLSTM(torch.autograd.Function):
     @staticmethod
     def _backward(ctx, dy, dh_t, dc_t):
         bwd = _steps().bwd_step
-        w_op, w_hh, hz, cs, acts, zh, zc, h0, y = ctx.saved_tensors
+        w_op, w_hh, hz, cs, acts, zh, zc, h0, y, zg, zone_c, zone_h = ctx.saved_tensors
         szb, szg, has_zh, per_gate, has_zc, c_scale = ctx.margs
+        (sgt, sgb, has_g), (szct, szcb, has_zone_c), (szht, szhb, has_zone_h) = ctx.step_strides
         plan, units = ctx.plan, ctx.units
         xp_dtype, h0_dtype, c0_dtype, w_dtype, b_dtype = ctx.dtypes
         dy, dh_t = units.pad(dy).contiguous(), units.pad(dh_t).contiguous()
@@ -132,15 +143,18 @@ class _FusedLSTM(torch.autograd.Function):
         dg_op = torch.empty_like(dgates, dtype=op_dtype) if op_copy else dgates  # the products' operand
         ws = torch.empty(LSTM_GATES * plan.ks, batch, hidden, device=dev, dtype=torch.float32)
         counters = torch.zeros(plan.n_b * plan.n_j_b, device=dev, dtype=torch.int32)
+        # Zoneout on h: the gradient that reaches h_{t-1} around step t's update, carried back in place.
+        carry = torch.zeros(batch, hidden, device=dev, dtype=torch.float32) if has_zone_h else dc
         op = common.tl_dtype(op_dtype)
         precision = common.precision(op_dtype)
         for t in reversed(range(steps)):
             has_next = t < steps - 1
             grid = (plan.n_j_b, LSTM_GATES * plan.ks if has_next else 1, plan.n_b)
             bwd[grid](
-                t, dgates, dg_op, w_op, zh, zc, c_scale, dy, dh_t, acts, cs, dc, ws, counters,
-                batch, w_op.stride(0), szb, szg, H=hidden,
-                HAS_NEXT=has_next, HAS_ZH=has_zh, PER_GATE=per_gate, HAS_ZC=has_zc, OP_DTYPE=op, OP_COPY=op_copy,
+                t, dgates, dg_op, w_op, zh, zc, c_scale, zg, zone_c, zone_h, dy, dh_t, acts, cs, dc, carry, ws,
+                counters, batch, w_op.stride(0), szb, szg, sgt, sgb, szct, szcb, szht, szhb, H=hidden,
+                HAS_NEXT=has_next, HAS_ZH=has_zh, PER_GATE=per_gate, HAS_ZC=has_zc, HAS_G=has_g,
+                HAS_ZONE_C=has_zone_c, HAS_ZONE_H=has_zone_h, OP_DTYPE=op, OP_COPY=op_copy,
                 PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=plan.block_h_b, BLOCK_K=launch.BLOCK_K,
                 K_CHUNK=plan.chunk_b, KS=plan.ks, num_warps=launch.NUM_WARPS, num_stages=plan.stages_b,
             )
@@ -155,6 +169,8 @@ class _FusedLSTM(torch.autograd.Function):
         dh0 = None
         if ctx.needs_input_grad[1]:  # not in training: h_0 is the state carried from the batch before, detached
             dh0 = common.initial_state_grad(dg_op[0], w_op, w_hh, zh if has_zh else None, per_gate, units, op_dtype)
+            if has_zone_h:  # what reached h_0 around the first step's update
+                dh0 = dh0 + units.unpad(carry)
             dh0 = dh0.to(h0_dtype)
         # x_proj's gradient is dgates, as a [T, B, 4, HP] view (x_proj may be gate-major storage: the product that
         # made it takes the gradient through its strides), in x_proj's dtype: the bf16 copy if the kernels made one.
@@ -165,7 +181,7 @@ class _FusedLSTM(torch.autograd.Function):
         if ctx.needs_input_grad[5]:
             h_prev = torch.cat((h0.unsqueeze(0).to(y.dtype), y[:-1]))
             dzh = units.unpad(common.recurrent_mask_grad(dg_op, w_op[:, :hidden].to(op_dtype), h_prev, zh, per_gate))
-        return (d_xproj, dh0, units.unpad(dc).to(c0_dtype), dw, db, dzh, None, None, None)
+        return (d_xproj, dh0, units.unpad(dc).to(c0_dtype), dw, db, dzh, None, None, None, None, None, None)
 
 
 def lstm_fused(
@@ -188,9 +204,11 @@ def lstm_fused(
     op_dtype = common.recurrent_product_dtype(x.device)
     tensors = (x_proj, h0, c0, w_hh, bias)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        y, h_t, c_t = _FusedLSTM.apply(x_proj, h0, c0, w_hh, bias, zh, masks.c, masks.c_scale, op_dtype)
+        y, h_t, c_t = _FusedLSTM.apply(x_proj, h0, c0, w_hh, bias, zh, masks.c, masks.c_scale, masks.g,
+                                       masks.zone_c, masks.zone_h, op_dtype)
         return y, (h_t, c_t)
     # Inference (e.g. MC dropout evaluation): the same kernels, nothing saved for backward.
     units, *_, (y, h_last, cs, _, _) = _padded_forward(x_proj, h0, c0, w_hh, bias, zh, masks.c, masks.c_scale,
-                                                       op_dtype, save_acts=False)
+                                                       (masks.g, masks.zone_c, masks.zone_h), op_dtype,
+                                                       save_acts=False)
     return units.unpad(y), (units.unpad(h_last), units.unpad(cs[-1]))

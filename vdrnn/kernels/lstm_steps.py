@@ -44,10 +44,12 @@ from vdrnn.kernels import triton_parts as parts
 # One launch per time step is the design (module docstring), so the whole step is one function.
 @triton.jit(do_not_specialize=["t"])
 def fwd_step(
-    t, xp_ptr, w_ptr, bias_ptr, hz_ptr, zh_ptr, zc_ptr, c_scale,
+    t, xp_ptr, w_ptr, bias_ptr, hz_ptr, zh_ptr, zc_ptr, c_scale, zg_ptr, zone_c_ptr, zone_h_ptr,
     h_last_ptr, cs_ptr, y_ptr, act_ptr, ws_ptr, cnt_ptr,
     B, stride_w, stride_zb, stride_zg, stride_xg, stride_hzg,
+    stride_gt, stride_gb, stride_zct, stride_zcb, stride_zht, stride_zhb,
     H: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr, HAS_ZC: tl.constexpr, XP_GATE_MAJOR: tl.constexpr,
+    HAS_G: tl.constexpr, HAS_ZONE_C: tl.constexpr, HAS_ZONE_H: tl.constexpr,
     SAVE_ACTS: tl.constexpr, OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
     K_CHUNK: tl.constexpr, SPLIT: tl.constexpr, ONE_GATE: tl.constexpr,
@@ -56,12 +58,14 @@ def fwd_step(
 
     hz: [NZ, T+1, B, H] in OP_DTYPE (gate stride stride_hzg; 0 for tied masks), h_t already masked (NZ = 4 masked
     copies for untied masks, else 1), the product's operand as the previous step stored it; h_last: [B, H] fp32,
-    h_t in full precision, overwritten every step (nothing reads it but the caller, for h_T); cs: [T+1, B, H]
+    h_t in full precision, overwritten every step (read back only by zoneout, as h_{t-1}); cs: [T+1, B, H]
     fp32; x_proj: [T, B, 4H], or [4, T, B, H] (gate stride stride_xg) if XP_GATE_MAJOR; acts: [T, B, 4H]; y:
     [T, B, H]; W: [4H, stride_w]; ws: [SPLIT, B, 4H] fp32 partial sums; cnt: one int32 arrival counter per
     (b, j) block. Program (j, s, b) sums k in [s*K_CHUNK, (s+1)*K_CHUNK) of the four gates for hidden units j,
     batch rows b; with ONE_GATE program (j, gate * SPLIT + s, b) sums gate ``gate`` only. The last of a block's
-    programs to arrive runs the cell.
+    programs to arrive runs the cell. zg (Semeniuta's mask on g), zone_c and zone_h (zoneout's d) are read at
+    step t through their (time, batch) strides: a time stride of 0 for a mask fixed over time, both 0 for
+    zoneout's expectation.
     """
     pid_s = tl.program_id(1)
     t = t.to(tl.int64)
@@ -127,6 +131,15 @@ def fwd_step(
     c_prev = tl.load(cs_ptr + t * B * H + bh, mask=mask_bj, other=0.0)
     if HAS_ZC:
         keep = tl.load(zc_ptr + bh, mask=mask_bj, other=0.0)
+    if HAS_G:
+        m_g = tl.load(zg_ptr + t * stride_gt + offs_b[:, None] * stride_gb + offs_j[None, :], mask=mask_bj, other=0.0)
+    if HAS_ZONE_C:
+        d_c = tl.load(zone_c_ptr + t * stride_zct + offs_b[:, None] * stride_zcb + offs_j[None, :], mask=mask_bj,
+                      other=0.0)
+    if HAS_ZONE_H:
+        d_h = tl.load(zone_h_ptr + t * stride_zht + offs_b[:, None] * stride_zhb + offs_j[None, :], mask=mask_bj,
+                      other=0.0)
+        h_prev = tl.load(h_last_ptr + bh, mask=mask_bj, other=0.0)
     if HAS_ZH:  # the recurrent masks of units j, for the masked copies of h_t stored below
         z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
         z_i = tl.load(z_at, mask=mask_bj, other=0.0)
@@ -163,12 +176,18 @@ def fwd_step(
     f = tl.sigmoid(acc_f + x_f)
     g = 2.0 * tl.sigmoid(2.0 * (acc_g + x_g)) - 1.0  # tanh
     o = tl.sigmoid(acc_o + x_o)
-    c = f * c_prev + i * g
+    g_in = g * m_g if HAS_G else g  # Semeniuta: the candidate update dropped
+    c = f * c_prev + i * g_in
     if HAS_ZC:  # Moon: a dropped cell unit is zero for the whole sequence
         c = c * keep
     h_new = o * (2.0 * tl.sigmoid(2.0 * c) - 1.0)
     if HAS_ZC:
         h_new = h_new * c_scale
+    # Zoneout: units keep their previous values where d = 1; h_t's update above read the cell before zoneout.
+    if HAS_ZONE_C:
+        c = d_c * c_prev + (1.0 - d_c) * c
+    if HAS_ZONE_H:
+        h_new = d_h * h_prev + (1.0 - d_h) * h_new
     tl.store(cs_ptr + (t + 1) * B * H + bh, c, mask=live)
     tl.store(h_last_ptr + bh, h_new, mask=live)
     tl.store(y_ptr + t * B * H + bh, h_new.to(y_ptr.dtype.element_ty), mask=live)
@@ -194,11 +213,12 @@ def fwd_step(
 # One launch per time step is the design (module docstring), so the whole step is one function.
 @triton.jit(do_not_specialize=["t"])
 def bwd_step(
-    t, dg_ptr, dgo_ptr, w_ptr, zh_ptr, zc_ptr, c_scale,
-    dy_ptr, dh_last_ptr, act_ptr, cs_ptr, dc_ptr, ws_ptr, cnt_ptr,
-    B, stride_w, stride_zb, stride_zg,
+    t, dg_ptr, dgo_ptr, w_ptr, zh_ptr, zc_ptr, c_scale, zg_ptr, zone_c_ptr, zone_h_ptr,
+    dy_ptr, dh_last_ptr, act_ptr, cs_ptr, dc_ptr, carry_ptr, ws_ptr, cnt_ptr,
+    B, stride_w, stride_zb, stride_zg, stride_gt, stride_gb, stride_zct, stride_zcb, stride_zht, stride_zhb,
     H: tl.constexpr, HAS_NEXT: tl.constexpr, HAS_ZH: tl.constexpr, PER_GATE: tl.constexpr,
-    HAS_ZC: tl.constexpr, OP_DTYPE: tl.constexpr, OP_COPY: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_ZC: tl.constexpr, HAS_G: tl.constexpr, HAS_ZONE_C: tl.constexpr, HAS_ZONE_H: tl.constexpr,
+    OP_DTYPE: tl.constexpr, OP_COPY: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
     K_CHUNK: tl.constexpr, KS: tl.constexpr,
 ):
@@ -211,6 +231,10 @@ def bwd_step(
 
     The recurrent product sums over 4H = (gate, k): program (j, s, b) takes gate s // KS and the
     k-slice s % KS; ws [4*KS, B, H] holds the partial sums, cnt the arrival counters.
+
+    Zoneout on h: carry holds d_{t+1} * dh_{t+1}, the gradient that reached h_t around step t+1's update, and
+    is overwritten with d_t * dh_t for step t-1 (in place, as dc). Zoneout on c: dc_{t-1} gains d_t * dc_t, and
+    the cell's value before zoneout (what tanh read) is recomputed from the saved gates.
     """
     pid_s = tl.program_id(1)
     t = t.to(tl.int64)
@@ -230,6 +254,15 @@ def bwd_step(
     dh = tl.load(dy_ptr + t * B * H + bh, mask=mask_bj, other=0.0).to(tl.float32)
     if HAS_ZC:
         keep = tl.load(zc_ptr + bh, mask=mask_bj, other=0.0)
+    if HAS_G:
+        m_g = tl.load(zg_ptr + t * stride_gt + offs_b[:, None] * stride_gb + offs_j[None, :], mask=mask_bj, other=0.0)
+    if HAS_ZONE_C:
+        d_c = tl.load(zone_c_ptr + t * stride_zct + offs_b[:, None] * stride_zcb + offs_j[None, :], mask=mask_bj,
+                      other=0.0)
+    if HAS_ZONE_H:
+        d_h = tl.load(zone_h_ptr + t * stride_zht + offs_b[:, None] * stride_zhb + offs_j[None, :], mask=mask_bj,
+                      other=0.0)
+        dh += tl.load(carry_ptr + bh, mask=mask_bj, other=0.0)
     if HAS_NEXT:
         # dh_t += sum_g z_h^g * (dgates_{t+1}^g @ W_g): step t's output fed every gate of step t+1.
         gate = pid_s // KS
@@ -253,6 +286,16 @@ def bwd_step(
         live = mask_bj
         dh += tl.load(dh_last_ptr + bh, mask=live, other=0.0).to(tl.float32)
 
+    g_in = g * m_g if HAS_G else g
+    if HAS_ZONE_H:  # h_t = d h_{t-1} + (1 - d) h~_t
+        tl.store(carry_ptr + bh, d_h * dh, mask=live)
+        dh = (1.0 - d_h) * dh
+    if HAS_ZONE_C:  # c_t = d c_{t-1} + (1 - d) c~_t: tanh read c~_t, recomputed here
+        c = f * c_prev + i * g_in
+        if HAS_ZC:
+            c = c * keep
+        dc_direct = d_c * dc_in
+        dc_in = (1.0 - d_c) * dc_in
     tc = 2.0 * tl.sigmoid(2.0 * c) - 1.0
     if HAS_ZC:
         dh = dh * c_scale
@@ -260,10 +303,15 @@ def bwd_step(
     dc = dc_in + dh * o * (1.0 - tc * tc)
     if HAS_ZC:  # c_t = m * (f*c + i*g)
         dc = dc * keep
-    tl.store(dc_ptr + bh, dc * f, mask=live)
-    dg_i = dc * g * i * (1.0 - i)
+    dc_prev = dc * f
+    if HAS_ZONE_C:
+        dc_prev += dc_direct
+    tl.store(dc_ptr + bh, dc_prev, mask=live)
+    dg_i = dc * g_in * i * (1.0 - i)
     dg_f = dc * c_prev * f * (1.0 - f)
     dg_g = dc * i * (1.0 - g * g)
+    if HAS_G:
+        dg_g = dg_g * m_g
     dg_o = d_o * o * (1.0 - o)
     at = t * B * G + offs_b[:, None] * G + offs_j[None, :]
     tl.store(dg_ptr + at, dg_i, mask=live)

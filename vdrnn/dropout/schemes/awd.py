@@ -27,7 +27,8 @@ class AWDDropout(VariationalDropout):
     name = "awd"
     sites = ("embedding", "input", "hidden", "output", "weight")
     per_gate_masks = False
-    lstm_only = "it is implemented for the LSTM only"
+    cells = ("lstm",)
+    cells_why = "it is implemented for the LSTM only"
     table_order = 50
 
     def layer_masks(self, x, hidden_size, gates, layer=0):

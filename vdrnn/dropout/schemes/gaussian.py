@@ -38,7 +38,7 @@ class GaussianDropout(VariationalDropout):
     noise: ClassVar[Noise] = staticmethod(gaussian_mask)
     scales = None  # the learned log alpha (a NoiseScales), set by noise_scales() under dropout.learn_alpha
 
-    def noise_scales(self, layers, outputs):
+    def noise_scales(self, layers, outputs, weights):
         if not self.config.learn_alpha:
             return None
         # The masks are drawn from these parameters, so a second model built on this scheme would take over the

@@ -28,7 +28,8 @@ from vdrnn.dropout.scheme import DropoutScheme
 class MoonDropout(DropoutScheme):
     name = "moon"
     sites = ("cell", "embedding")
-    lstm_only = "it drops the LSTM's cell state c_t, which the {cell} cell does not have"
+    cells = ("lstm",)
+    cells_why = "it drops the LSTM's cell state c_t, which the {cell} cell does not have"
     table_order = 20
 
     def layer_masks(self, x, hidden_size, gates, layer=0):

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from vdrnn.cells.init import initialize, layer_shapes
+from vdrnn.cells.init import initialize, layer_shapes, site_weights
 from vdrnn.cells.lstm import LSTMLayer
 from vdrnn.config import ModelConfig
 from vdrnn.dropout import DropoutScheme
@@ -39,9 +39,10 @@ class LanguageModel(nn.Module):
         initialize(self, config, self.embedding, self.decoder)
         if config.tie_weights:
             self.decoder.weight = self.embedding.weight  # one parameter, after init
-        # Learned dropout variances (dropout.learn_alpha), made after initialize, whose uniform init would
-        # overwrite their starting values; None for every other scheme.
-        self.noise_scales = dropout.noise_scales(layer_shapes(self.layers), vocab_size)
+        # Learned dropout noise (dropout.learn_alpha's variances, Concrete dropout's rates), made after initialize,
+        # whose uniform init would overwrite their starting values; None for every other scheme.
+        self.noise_scales = dropout.noise_scales(layer_shapes(self.layers), vocab_size,
+                                               site_weights(self.layers, self.decoder))
         self._frozen: dict | None = None  # see frozen_masks
 
     @contextmanager
@@ -78,7 +79,7 @@ class LanguageModel(nn.Module):
         """tokens [T, B] -> logits [T, B, V] and the final state of every layer.
 
         ``stochastic`` (default: ``self.training``) draws this minibatch's dropout masks; with it
-        off every mask is one (weight scaling). MC evaluation calls this with ``stochastic=True``
+        off every mask is its mean (weight scaling; zoneout's expectation). MC evaluation calls this with ``stochastic=True``
         and, as in Gal's code, ``word_dropout=False``. ``return_outputs`` also returns the last
         layer's output before and after output dropout (for AWD's AR and TAR penalties).
         """
@@ -89,8 +90,10 @@ class LanguageModel(nn.Module):
             x = self.dropout.drop_words(x, tokens, table)
         new_state = []
         for index, (layer, layer_state) in enumerate(zip(self.layers, state, strict=True)):
-            masks = self._masks(index, self.dropout.layer_masks, x, layer.hidden_size, layer.gates, index) \
-                if stochastic else None
+            if stochastic:
+                masks = self._masks(index, self.dropout.layer_masks, x, layer.hidden_size, layer.gates, index)
+            else:  # weight scaling: no noise, but zoneout's expectation still mixes in the previous state
+                masks = self.dropout.expected_masks(x, layer.hidden_size, index)
             x, layer_state = layer(x, layer_state, masks)
             new_state.append(layer_state)
         raw = x

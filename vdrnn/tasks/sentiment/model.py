@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from vdrnn.cells import make_layer
-from vdrnn.cells.init import initialize, layer_shapes
+from vdrnn.cells.init import initialize, layer_shapes, site_weights
 from vdrnn.dropout import DropoutScheme
 from vdrnn.tasks.sentiment.config import SentimentModelConfig
 
@@ -34,7 +34,8 @@ class SentimentModel(nn.Module):
         self.head = nn.Linear(config.hidden_size, num_outputs)
         initialize(self, config, self.embedding, self.head)
         # After initialize, as in LanguageModel: its uniform init would overwrite log alpha's starting values.
-        self.noise_scales = dropout.noise_scales(layer_shapes(self.layers), num_outputs)
+        self.noise_scales = dropout.noise_scales(layer_shapes(self.layers), num_outputs,
+                                               site_weights(self.layers, self.head))
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, stochastic: bool | None = None,
                 word_dropout: bool = True) -> torch.Tensor:
@@ -50,7 +51,8 @@ class SentimentModel(nn.Module):
             x = self.dropout.drop_words(x, tokens, table)
         batch = tokens.shape[1]
         for index, layer in enumerate(self.layers):
-            masks = self.dropout.layer_masks(x, layer.hidden_size, layer.gates, index) if stochastic else None
+            masks = (self.dropout.layer_masks(x, layer.hidden_size, layer.gates, index) if stochastic
+                     else self.dropout.expected_masks(x, layer.hidden_size, index))
             x, _ = layer(x, layer.initial_state(batch, x.device), masks)
         # The output at each review's last real step: [1, B, H].
         last = x.gather(0, (lengths - 1).to(x.device).view(1, -1, 1).expand(1, -1, x.shape[-1]))

@@ -1,0 +1,38 @@
+"""Semeniuta, Severyn & Barth (2016), "Recurrent dropout without memory loss": dropout on the candidate update only.
+
+    c_t = f_t * c_{t-1} + i_t * d(g_t)                   (LSTM, eq. 12)
+    h_t = (1 - z_t) * d(n_t) + z_t * h_{t-1}             (GRU, eq. 13, in torch's gate convention)
+
+with d(v) = v * m, m ~ Bernoulli(1-p) / (1-p). Dropping g_t (n_t) rather than c_{t-1} or h_{t-1} never erases the
+memory: what the cell held is carried on whole, only the new information written into it is noisy.
+
+- tensors: the candidate g_t of every LSTM layer (n_t of every GRU layer) (``dropout.candidate``); optionally
+  Zaremba's dropout on the non-recurrent connections (``dropout.input``, ``dropout.hidden``, ``dropout.output``,
+  fresh per step, :mod:`~vdrnn.dropout.schemes.zaremba`), as the paper's PTB runs;
+- shapes: m [T, B, H], **per sample, fresh at every step** (``dropout.candidate_mask=step``), or [B, H], one per
+  sequence, fixed over its steps (``sequence``): the paper studies both (sec. 3.2); shared by nothing else;
+- scaling: inverted, so evaluation with m = 1 is weight scaling. Because only g_t is dropped, the scaling does not
+  compound through the recurrence as it does on c_t (the paper's sec. 3.3, Moon's problem);
+- MC (``eval=mc``): masks drawn as in training, per-sequence ones afresh for every minibatch (they share a draw with
+  the fresh-per-step input masks, which no stream could keep).
+
+The LSTM and the GRU; both run on the reference loop and the fused kernels.
+"""
+
+from vdrnn.dropout.masks import step_mask
+from vdrnn.dropout.registry import register
+from vdrnn.dropout.schemes.zaremba import ZarembaDropout
+
+
+@register
+class SemeniutaDropout(ZarembaDropout):
+    name = "semeniuta"
+    sites = ("input", "hidden", "output", "candidate")
+    table_order = 55
+    cells = ("lstm", "gru")
+    cells_why = "Semeniuta et al. define it for the LSTM and the GRU, whose candidate update it drops"
+
+    def layer_masks(self, x, hidden_size, gates, layer=0):
+        masks = super().layer_masks(x, hidden_size, gates, layer)
+        masks.g = step_mask(x, hidden_size, self.config.candidate, self.config.candidate_mask == "step")
+        return masks

@@ -1,0 +1,56 @@
+"""Krueger et al. (2016), zoneout: each unit keeps its previous value with probability z, a fresh draw every step.
+
+    c_t = d^c_t * c_{t-1} + (1 - d^c_t) * (f_t * c_{t-1} + i_t * g_t)                      (LSTM, eq. 6)
+    h_t = d^h_t * h_{t-1} + (1 - d^h_t) * (o_t * tanh(f_t * c_{t-1} + i_t * g_t))          (LSTM, eq. 7)
+    h_t = d^h_t * h_{t-1} + (1 - d^h_t) * GRU(x_t, h_{t-1})                                 (any cell, eq. 3)
+
+with d ~ Bernoulli(z) (1: the unit "zones out" and keeps its value). In the LSTM, h_t's update reads the cell's new
+value before zoneout, as the paper's eq. 7 and the authors' code: zoneout acts on the stored state, not inside the
+step.
+
+- tensors: c_t (``dropout.zoneout_cell``, z_c; the LSTM only) and h_t (``dropout.zoneout_hidden``, z_h) of every
+  layer; optionally Zaremba's dropout on the non-recurrent connections (``dropout.input``, ``dropout.hidden``,
+  ``dropout.output``: fresh per step, :mod:`~vdrnn.dropout.schemes.zaremba`);
+- shapes: d^c, d^h [T, B, H], **per sample and unit, fresh at every step**;
+- scaling: none; a zoned-out unit holds a real value (its previous one), not a zero to make up for;
+- evaluation (``eval=scale``): the expectation, d replaced by z: h_t = z_h h_{t-1} + (1 - z_h) h~_t, and likewise
+  c_t (the paper's sec. 3.1, as dropout's weight scaling);
+- MC (``eval=mc``): fresh draws every step, as in training (nothing fixed to keep over the stream).
+
+The LSTM and the GRU (z_c needs the LSTM's cell state); both run on the reference loop and the fused kernels.
+"""
+
+from vdrnn.dropout.masks import LayerMasks, constant_over, zoneout_draws
+from vdrnn.dropout.registry import register
+from vdrnn.dropout.schemes.zaremba import ZarembaDropout
+
+
+@register
+class Zoneout(ZarembaDropout):
+    name = "zoneout"
+    sites = ("input", "hidden", "output", "zoneout_cell", "zoneout_hidden")
+    table_order = 60
+    cells = ("lstm", "gru")
+    cells_why = "Krueger et al.'s zoneout is implemented for the LSTM and the GRU"
+
+    @classmethod
+    def refuses_cell(cls, cell, config=None):
+        if cell != "lstm" and config is not None and config.zoneout_cell > 0:
+            return (f"dropout.zoneout_cell={config.zoneout_cell} zones out the LSTM's cell state c_t, which the "
+                    f"{cell.upper()} cell does not have (set it to 0 and use dropout.zoneout_hidden)")
+        return super().refuses_cell(cell, config)
+
+    def layer_masks(self, x, hidden_size, gates, layer=0):
+        masks = super().layer_masks(x, hidden_size, gates, layer)
+        shape = (x.shape[0], x.shape[1], hidden_size)
+        for field, z in (("zone_c", self.config.zoneout_cell), ("zone_h", self.config.zoneout_hidden)):
+            if z > 0:
+                setattr(masks, field, zoneout_draws(shape, z, x))
+        return masks
+
+    def expected_masks(self, x, hidden_size, layer=0):
+        c, h = self.config.zoneout_cell, self.config.zoneout_hidden
+        if c == 0 and h == 0:
+            return None
+        return LayerMasks(zone_c=constant_over(x, hidden_size, c) if c > 0 else None,
+                          zone_h=constant_over(x, hidden_size, h) if h > 0 else None)
