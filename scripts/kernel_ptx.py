@@ -45,7 +45,11 @@ SM_COUNT, BATCH, MC_BATCH = 132, 20, 1000  # H100 / H200, the benchmark's batch,
 SHARED_LIMIT = 232_448  # bytes of shared memory one program may use on sm_90
 # The kernels' scalar arguments by type. Pointers are the arguments named *_ptr; any other name is an error, so
 # that a new scalar argument is given its type here instead of being compiled as a pointer.
-INTS = {"t", "B", "stride_w", "stride_zb", "stride_zg", "stride_xg", "stride_hzg"}
+INTS = {"t", "B", "stride_w", "stride_zb", "stride_zg", "stride_xg", "stride_hzg",
+        "stride_gt", "stride_gb", "stride_zct", "stride_zcb", "stride_zht", "stride_zhb", "stride_dt", "stride_db"}
+# The schemes after Gal's, off unless a case turns them on: Semeniuta's candidate mask and zoneout.
+LSTM_CELL_MASKS = {"HAS_G": False, "HAS_ZONE_C": False, "HAS_ZONE_H": False}
+GRU_CELL_MASKS = {"HAS_ZG": False, "HAS_ZONE": False}
 FLOATS = {"c_scale"}
 # A layer's precisions, as vdrnn.kernels launches them: (product dtype, dtype W_hh and the forward's operand are stored
 # in, PRECISION). TF32 products read fp16-stored operands (vdrnn.kernels.common.stored_dtype); the backward converts W as it loads it.
@@ -110,25 +114,39 @@ def cases(hidden_sizes):
     for hidden, op, mask in itertools.product(hidden_sizes, ("tf32", "bf16"), ("none", "tied", "untied", "moon")):
         tag = f"H{hidden}_{op}_{mask}"
         plan, fwd, bwd = plan_and_shapes(BATCH, hidden, op, mask, LSTM_GATES)
+        fwd, bwd = {**fwd, **LSTM_CELL_MASKS}, {**bwd, **LSTM_CELL_MASKS}
         yield f"lstm_fwd_{tag}", lstm_fwd, op, dict(fwd, HAS_ZC=mask == "moon"), plan.stages_f
         yield f"lstm_bwd_{tag}", lstm_bwd, op, dict(bwd, HAS_ZC=mask == "moon"), plan.stages_b
         if op == "tf32" and mask == "tied":  # the last backward step, inference (nothing saved), and IEEE fp32
             yield f"lstm_bwd_last_{tag}", lstm_bwd, op, dict(bwd, HAS_ZC=False, HAS_NEXT=False), plan.stages_b
             yield f"lstm_fwd_infer_{tag}", lstm_fwd, op, dict(fwd, HAS_ZC=False, SAVE_ACTS=False), plan.stages_f
             ieee, fwd_ieee, bwd_ieee = plan_and_shapes(BATCH, hidden, "ieee", mask, LSTM_GATES)
-            yield f"lstm_fwd_H{hidden}_ieee_tied", lstm_fwd, "ieee", dict(fwd_ieee, HAS_ZC=False), ieee.stages_f
-            yield f"lstm_bwd_H{hidden}_ieee_tied", lstm_bwd, "ieee", dict(bwd_ieee, HAS_ZC=False), ieee.stages_b
+            yield f"lstm_fwd_H{hidden}_ieee_tied", lstm_fwd, "ieee", dict(fwd_ieee, HAS_ZC=False, **LSTM_CELL_MASKS), ieee.stages_f
+            yield f"lstm_bwd_H{hidden}_ieee_tied", lstm_bwd, "ieee", dict(bwd_ieee, HAS_ZC=False, **LSTM_CELL_MASKS), ieee.stages_b
         if mask == "untied":  # MC evaluation: inference on many sequences a pass
             wide, fwd_mc, _ = plan_and_shapes(MC_BATCH, hidden, op, mask, LSTM_GATES)
-            yield f"lstm_fwd_mc_{tag}", lstm_fwd, op, dict(fwd_mc, HAS_ZC=False, SAVE_ACTS=False), wide.stages_f
+            yield f"lstm_fwd_mc_{tag}", lstm_fwd, op, dict(fwd_mc, HAS_ZC=False, SAVE_ACTS=False, **LSTM_CELL_MASKS), wide.stages_f
         if mask == "moon":  # a GRU has no cell state
             continue
         plan, fwd, bwd = plan_and_shapes(BATCH, hidden, op, mask, GRU_GATES)
+        fwd, bwd = {**fwd, **GRU_CELL_MASKS}, {**bwd, **GRU_CELL_MASKS}
         yield f"gru_fwd_{tag}", gru_fwd, op, fwd, plan.stages_f
         yield f"gru_bwd_{tag}", gru_bwd, op, bwd, plan.stages_b
         if mask == "untied":
             wide, fwd_mc, _ = plan_and_shapes(MC_BATCH, hidden, op, mask, GRU_GATES)
-            yield f"gru_fwd_mc_{tag}", gru_fwd, op, dict(fwd_mc, SAVE_ACTS=False), wide.stages_f
+            yield f"gru_fwd_mc_{tag}", gru_fwd, op, dict(fwd_mc, SAVE_ACTS=False, **GRU_CELL_MASKS), wide.stages_f
+    for hidden in hidden_sizes:  # zoneout's and Semeniuta's masks on their presets' path: TF32, no h mask
+        tag = f"H{hidden}_tf32"
+        plan, fwd, bwd = plan_and_shapes(BATCH, hidden, "tf32", "none", LSTM_GATES)
+        zoneout = dict(HAS_ZC=False, HAS_G=False, HAS_ZONE_C=True, HAS_ZONE_H=True)
+        semeniuta = dict(HAS_ZC=False, HAS_G=True, HAS_ZONE_C=False, HAS_ZONE_H=False)
+        yield f"lstm_fwd_{tag}_zoneout", lstm_fwd, "tf32", dict(fwd, **zoneout), plan.stages_f
+        yield f"lstm_bwd_{tag}_zoneout", lstm_bwd, "tf32", dict(bwd, **zoneout), plan.stages_b
+        yield f"lstm_fwd_{tag}_semeniuta", lstm_fwd, "tf32", dict(fwd, **semeniuta), plan.stages_f
+        yield f"lstm_bwd_{tag}_semeniuta", lstm_bwd, "tf32", dict(bwd, **semeniuta), plan.stages_b
+        plan, fwd, bwd = plan_and_shapes(BATCH, hidden, "tf32", "none", GRU_GATES)
+        yield f"gru_fwd_{tag}_zoneout_semeniuta", gru_fwd, "tf32", dict(fwd, HAS_ZG=True, HAS_ZONE=True), plan.stages_f
+        yield f"gru_bwd_{tag}_zoneout_semeniuta", gru_bwd, "tf32", dict(bwd, HAS_ZG=True, HAS_ZONE=True), plan.stages_b
 
 
 def stripped_ptx(ptx: str) -> str:

@@ -108,6 +108,24 @@ def test_learned_alpha_is_trained_logged_and_kept_at_most_one(tmp_path, tiny_cor
     assert evaluated["test_ppl"] == pytest.approx(metrics["test_ppl"], rel=1e-6)
 
 
+def test_concrete_rates_are_trained_logged_per_site_and_reported(tmp_path, tiny_corpus):
+    """dropout=concrete: each site's p moves from its start, is logged per epoch to TensorBoard and metrics.json with
+    the regularizer, and the report's dropout column says where the p's ended."""
+    run_cli("train", *TINY, "dropout=concrete", "dropout.embedding=0", f"data.root={tiny_corpus}", "hydra.run.dir=run",
+            cwd=tmp_path)
+    run = tmp_path / "run"
+    noise = json.loads((run / "metrics.json").read_text())["noise"]
+    assert {"p_input0", "p_recurrent0", "p_input1", "p_recurrent1", "p_output", "regularizer"} == set(noise)
+    assert noise["p_input0"] != pytest.approx(0.1, abs=1e-6)  # learned, not left at the start
+    state = torch.load(run / "best.pt", weights_only=True)["model"]
+    assert torch.sigmoid(state["noise_scales.p_logit.output"]).item() == pytest.approx(noise["p_output"])
+    assert all("p_output" in record and "regularizer" in record for record in history(run))
+    acc = events_of(run)
+    assert {"noise/p_input0", "noise/p_recurrent1", "noise/regularizer"} <= set(acc.Tags()["scalars"])
+    report = run_cli("report", str(run), "--out", str(tmp_path / "report"), cwd=tmp_path).stdout
+    assert f"learned p: in {noise['p_input0']:.2f}/{noise['p_input1']:.2f}" in report
+
+
 def test_eval_command_reproduces_the_weight_scaling_numbers(ptb_run, ptb_dir):
     run, _ = ptb_run
     result = run_cli("eval", f"checkpoint={run / 'best.pt'}", f"data.root={ptb_dir}", "data.eval_max_tokens=1500",

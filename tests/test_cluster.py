@@ -55,8 +55,8 @@ def test_the_table_1_sweep_of_the_readme_runs_its_twelve_presets():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     readme = (cli.__file__.rsplit("/vdrnn/", 1)[0] + "/README.md")
-    assert "'experiment=glob([medium_*,large_*],exclude=[*gaussian*])' seed=1,2,3" in open(readme).read()
-    override = OverridesParser.create().parse_overrides(["experiment=glob([medium_*,large_*],exclude=[*gaussian*])"])[0]
+    assert "'experiment=glob([medium_*,large_*],exclude=[*gaussian*,*zoneout,*semeniuta,*concrete])' seed=1,2,3" in open(readme).read()
+    override = OverridesParser.create().parse_overrides(["experiment=glob([medium_*,large_*],exclude=[*gaussian*,*zoneout,*semeniuta,*concrete])"])[0]
     presets = override.value().filter(groups()["experiment"])
     rows = {composed(f"experiment={p}").paper.row for p in presets}
     assert len(presets) == 12 and {composed(f"experiment={p}").paper.size for p in presets} == {"medium", "large"}

@@ -59,7 +59,7 @@ def test_mask_granularity_of_masks_a_scheme_never_draws_is_refused(name, key):
 
 def test_locked_mask_batch_with_moon_says_its_cell_mask_is_always_per_sample():
     with pytest.raises(ConfigError, match=r"locked_mask=batch does nothing with scheme 'moon': it sets how schemes "
-                                          r"variational, concrete, gaussian, awd draw .* \(Moon's cell mask is always one per "
+                                          r"variational, gaussian, concrete, awd draw .* \(Moon's cell mask is always one per "
                                           r"sample, Zaremba's masks are fresh every step\)"):
         DropoutConfig(scheme="moon", cell=0.5, locked_mask="batch")
 

@@ -386,7 +386,24 @@ SCHEMES = {
     "variational_batch_masks": dict(scheme="variational", input=0.4, recurrent=0.3, locked_mask="batch"),
     "gaussian_learned": dict(scheme="gaussian", input=0.4, recurrent=0.3, output=0.3, learn_alpha=True),
     "awd": dict(scheme="awd", embedding=0.1, input=0.4, hidden=0.25, weight=0.5, output=0.3),
+    "concrete": dict(scheme="concrete", embedding=0.2, input=0.4, recurrent=0.3, output=0.3),
+    "zoneout": dict(scheme="zoneout", input=0.3, zoneout_cell=0.5, zoneout_hidden=0.2),
+    "semeniuta_sequence": dict(scheme="semeniuta", candidate=0.4, candidate_mask="sequence"),
 }
+
+
+@pytest.mark.parametrize("name", ["zoneout"])
+def test_language_model_fast_path_matches_reference_in_evaluation(name):
+    """Weight scaling on the kernels too: zoneout's expectation, a mask of z at every step, on both paths."""
+    tokens = torch.randint(0, 30, (5, 3), generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    logits = {}
+    for impl in ("fast", "reference"):
+        torch.manual_seed(0)
+        model = LanguageModel(30, ModelConfig(num_layers=2, hidden_size=12, impl=impl, init_range=0.1),
+                              make_dropout(DropoutConfig(**SCHEMES[name]))).to(DEVICE).eval()
+        with torch.no_grad():
+            logits[impl], _ = model(tokens, model.initial_state(3, DEVICE))
+    assert rel(logits["fast"], logits["reference"]) < FP32_TOL
 
 
 def lm_outputs(impl: str, scheme: dict, tokens: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -22,7 +22,7 @@ def negative_entropy(p: torch.Tensor) -> torch.Tensor:
 
 
 class ConcreteRates(nn.Module):
-    """Concrete dropout's learned p's and relaxed masks (Gal, Hron & Kendall 2017, eq. 5 and sec. 3).
+    """Concrete dropout's learned p's and relaxed masks (Gal, Hron & Kendall 2017, and their reference code).
 
     Parameters: the logit of p under the keys ``input{l}``, ``recurrent{l}`` (layer l's input x_t and h_{t-1}) and
     ``output``, one scalar each (one p per site and layer), starting at the site's ``dropout.*`` probability; a

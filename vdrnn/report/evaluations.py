@@ -14,16 +14,22 @@ Metric = tuple[str, str, int, bool]
 
 
 def find_evaluations(folders: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
-    """(folder, eval.json) of every `vdrnn eval` under ``folders``, in path order. An eval.json from before it
-    recorded its config is left out with a warning: without it, which model it scored is unknown."""
-    found = []
-    for path in files_named("eval.json", folders):
-        evaluation = read_metrics(path)
-        if not evaluation.get("config"):
-            print(f"warning: leaving out {path}: it records no config (an older vdrnn eval's), so which model it "
-                  f"scored is unknown; run that vdrnn eval again for a line of the table", file=sys.stderr)
-            continue
-        found.append((path.parent, evaluation))
+    """(folder, eval.json) of every `vdrnn eval` under ``folders``, in path order, the folder named from the reported
+    folder that holds it (``runs/a_mc/samples_10`` under ``results/ptb/x/runs``), as the tables show it: the same
+    wherever the folders lie. An eval.json from before it recorded its config is left out with a warning: without it,
+    which model it scored is unknown."""
+    found, seen = [], set()
+    for root in map(Path, folders):
+        for path in files_named("eval.json", [root]):
+            if path.resolve() in seen:  # under two of the folders (``runs runs/b``)
+                continue
+            seen.add(path.resolve())
+            evaluation = read_metrics(path)
+            if not evaluation.get("config"):
+                print(f"warning: leaving out {path}: it records no config (an older vdrnn eval's), so which model it "
+                      f"scored is unknown; run that vdrnn eval again for a line of the table", file=sys.stderr)
+                continue
+            found.append((Path(root.resolve().name) / path.parent.relative_to(root), evaluation))
     return found
 
 

@@ -87,8 +87,8 @@ RUN_COLUMNS = ["epochs", "train + test (min)", "overrides"]
 
 
 # The dropout sites as the table names them, in the order of the network.
-SITE_LABELS = {"embedding": "emb", "input": "in", "hidden": "hid", "recurrent": "h", "cell": "c", "output": "out",
-               "weight": "w"}
+SITE_LABELS = {"embedding": "emb", "input": "in", "hidden": "hid", "recurrent": "h", "cell": "c", "candidate": "g",
+               "zoneout_cell": "zone c", "zoneout_hidden": "zone h", "output": "out", "weight": "w"}
 
 
 def dropout_label(dropout: dict[str, Any]) -> str:

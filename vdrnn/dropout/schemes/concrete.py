@@ -1,6 +1,6 @@
 """Gal, Hron & Kendall (2017), Concrete dropout: Gal's variational masks with each p learned.
 
-    z = (1 - sigmoid((logit p + log u - log(1-u)) / t)) / (1-p),   u ~ U(0, 1)   (the relaxed Bernoulli, eq. 5)
+    z = (1 - sigmoid((logit p + log u - log(1-u)) / t)) / (1-p),   u ~ U(0, 1)   (the relaxed Bernoulli)
 
 - tensors: the variational scheme's (:mod:`~vdrnn.dropout.schemes.variational`): each layer's input x_t
   (``dropout.input``; ``dropout.hidden`` above layer 1 where set), h_{t-1} (``dropout.recurrent``) and the output

@@ -1,7 +1,7 @@
 """Semeniuta, Severyn & Barth (2016), "Recurrent dropout without memory loss": dropout on the candidate update only.
 
-    c_t = f_t * c_{t-1} + i_t * d(g_t)                   (LSTM, eq. 12)
-    h_t = (1 - z_t) * d(n_t) + z_t * h_{t-1}             (GRU, eq. 13, in torch's gate convention)
+    c_t = f_t * c_{t-1} + i_t * d(g_t)                   (LSTM)
+    h_t = (1 - z_t) * d(n_t) + z_t * h_{t-1}             (GRU, in torch's gate convention)
 
 with d(v) = v * m, m ~ Bernoulli(1-p) / (1-p). Dropping g_t (n_t) rather than c_{t-1} or h_{t-1} never erases the
 memory: what the cell held is carried on whole, only the new information written into it is noisy.
@@ -10,9 +10,10 @@ memory: what the cell held is carried on whole, only the new information written
   Zaremba's dropout on the non-recurrent connections (``dropout.input``, ``dropout.hidden``, ``dropout.output``,
   fresh per step, :mod:`~vdrnn.dropout.schemes.zaremba`), as the paper's PTB runs;
 - shapes: m [T, B, H], **per sample, fresh at every step** (``dropout.candidate_mask=step``), or [B, H], one per
-  sequence, fixed over its steps (``sequence``): the paper studies both (sec. 3.2); shared by nothing else;
-- scaling: inverted, so evaluation with m = 1 is weight scaling. Because only g_t is dropped, the scaling does not
-  compound through the recurrence as it does on c_t (the paper's sec. 3.3, Moon's problem);
+  sequence, fixed over its steps (``sequence``): the paper studies both; shared by nothing else;
+- scaling: inverted, so evaluation with m = 1 is weight scaling (the authors' code leaves m unscaled and multiplies
+  the update by 1-p at test time: the same expectation). Because only g_t is dropped, the scaling does not compound
+  through the recurrence as it does on c_t (Moon's problem);
 - MC (``eval=mc``): masks drawn as in training, per-sequence ones afresh for every minibatch (they share a draw with
   the fresh-per-step input masks, which no stream could keep).
 

@@ -1,20 +1,20 @@
 """Krueger et al. (2016), zoneout: each unit keeps its previous value with probability z, a fresh draw every step.
 
-    c_t = d^c_t * c_{t-1} + (1 - d^c_t) * (f_t * c_{t-1} + i_t * g_t)                      (LSTM, eq. 6)
-    h_t = d^h_t * h_{t-1} + (1 - d^h_t) * (o_t * tanh(f_t * c_{t-1} + i_t * g_t))          (LSTM, eq. 7)
-    h_t = d^h_t * h_{t-1} + (1 - d^h_t) * GRU(x_t, h_{t-1})                                 (any cell, eq. 3)
+    c_t = d^c_t * c_{t-1} + (1 - d^c_t) * (f_t * c_{t-1} + i_t * g_t)              (LSTM, sec. 3.2)
+    h_t = d^h_t * h_{t-1} + (1 - d^h_t) * (o_t * tanh(f_t * c_{t-1} + i_t * g_t))  (LSTM, sec. 3.2)
+    h_t = d^h_t * h_{t-1} + (1 - d^h_t) * GRU(x_t, h_{t-1})                         (the GRU, as the authors' code)
 
 with d ~ Bernoulli(z) (1: the unit "zones out" and keeps its value). In the LSTM, h_t's update reads the cell's new
-value before zoneout, as the paper's eq. 7 and the authors' code: zoneout acts on the stored state, not inside the
+value before zoneout, as the paper's equation and the authors' code: zoneout acts on the stored state, not inside the
 step.
 
 - tensors: c_t (``dropout.zoneout_cell``, z_c; the LSTM only) and h_t (``dropout.zoneout_hidden``, z_h) of every
-  layer; optionally Zaremba's dropout on the non-recurrent connections (``dropout.input``, ``dropout.hidden``,
-  ``dropout.output``: fresh per step, :mod:`~vdrnn.dropout.schemes.zaremba`);
+  layer; beside them Zaremba's dropout on the non-recurrent connections, which the paper's PTB model keeps
+  (``dropout.input``, ``dropout.hidden``, ``dropout.output``: fresh per step, :mod:`~vdrnn.dropout.schemes.zaremba`);
 - shapes: d^c, d^h [T, B, H], **per sample and unit, fresh at every step**;
 - scaling: none; a zoned-out unit holds a real value (its previous one), not a zero to make up for;
 - evaluation (``eval=scale``): the expectation, d replaced by z: h_t = z_h h_{t-1} + (1 - z_h) h~_t, and likewise
-  c_t (the paper's sec. 3.1, as dropout's weight scaling);
+  c_t ("as in dropout, we use the expectation of the random noise at test time");
 - MC (``eval=mc``): fresh draws every step, as in training (nothing fixed to keep over the stream).
 
 The LSTM and the GRU (z_c needs the LSTM's cell state); both run on the reference loop and the fused kernels.

@@ -197,7 +197,7 @@ def plot_mc_samples(curves: dict[str, list[tuple[int, dict[str, Any]]]], path: P
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
     for name, points in curves.items():
         samples = [s for s, _ in points]
-        label = f"{evaluated_model(points[0][1])[0]}: {name}"
+        label = f"{evaluated_model(points[0][1])[0]}: {Path(name).parent.name}/{Path(name).name}"  # run/best.pt
         for ax, key, ws_key in zip(axes, ("test_ppl_mc", "test_ece_mc", "mc_seconds"), ("test_ppl", "test_ece", None),
                                    strict=True):
             line, = ax.plot(samples, [e.get(key, math.nan) for _, e in points], "o-", label=label)
@@ -207,8 +207,8 @@ def plot_mc_samples(curves: dict[str, list[tuple[int, dict[str, Any]]]], path: P
         ax.set(xscale="log", xlabel="MC samples", title=title)
         ax.grid(alpha=0.3)
     axes[2].set_yscale("log")
-    axes[0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(1.7, -0.13))
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06 + 0.03 * len(curves), 1, 1))  # room below for the legend, a line per checkpoint
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", fontsize=8)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
