@@ -48,8 +48,7 @@ class ConcreteRates(nn.Module):
     down; the first grows with 1/(1-p).
     """
 
-    def __init__(self, config: DropoutConfig, layers: list[tuple[int, int, int]], outputs: int,
-                 weights: dict[str, torch.Tensor]):
+    def __init__(self, config: DropoutConfig, layers: list[tuple[int, int, int]], weights: dict[str, torch.Tensor]):
         super().__init__()
         self.temperature = config.temperature
         self.lengthscale = config.lengthscale
@@ -62,7 +61,6 @@ class ConcreteRates(nn.Module):
         # The weights each site's mask multiplies, read by the regularizer. A plain dict, so that they stay the model's
         # parameters (weight decay and checkpoints see them there), not this module's.
         self.weights = {key: weights[key] for key in self.p_logit}
-        self.outputs = outputs
 
     def _add(self, key: str, p: float, size: int) -> None:
         if p > 0:

@@ -7,13 +7,6 @@ import triton.language as tl
 from vdrnn.kernels import triton_parts as parts
 
 
-@triton.jit
-def unit_mask(ptr, t, stride_t, stride_b, offs_b, offs_j, mask_bj):
-    """This block of step t's mask on the units (Semeniuta's m_t, zoneout's d_t), read through its strides: a zero
-    stride reads the same row at every step or sample."""
-    return tl.load(ptr + t * stride_t + offs_b[:, None] * stride_b + offs_j[None, :], mask=mask_bj, other=0.0)
-
-
 # One launch per time step is the design (vdrnn.kernels.gru), so the whole step is one function.
 @triton.jit(do_not_specialize=["t"])
 def fwd_step(
@@ -79,9 +72,9 @@ def fwd_step(
             z_z = tl.load(z_at + stride_zg, mask=mask_bj, other=0.0)
             z_n = tl.load(z_at + 2 * stride_zg, mask=mask_bj, other=0.0)
     if HAS_ZG:
-        m = unit_mask(g_ptr, t, stride_gt, stride_gb, offs_b, offs_j, mask_bj)
+        m = parts.unit_mask(g_ptr, t, stride_gt, stride_gb, offs_b, offs_j, mask_bj)
     if HAS_ZONE:
-        d = unit_mask(zone_ptr, t, stride_dt, stride_db, offs_b, offs_j, mask_bj)
+        d = parts.unit_mask(zone_ptr, t, stride_dt, stride_db, offs_b, offs_j, mask_bj)
     if SPLIT > 1:
         # Split-K as in the LSTM's kernels: the last of the SPLIT programs of this block to arrive adds the
         # partial sums in a fixed order (deterministic) and runs the cell; nobody waits.
@@ -166,9 +159,9 @@ def bwd_step(
     dh = tl.load(dy_ptr + t * B * H + bh, mask=mask_bj, other=0.0).to(tl.float32)
     dh += tl.load(carry_ptr + bh, mask=mask_bj, other=0.0)
     if HAS_ZG:
-        m = unit_mask(g_ptr, t, stride_gt, stride_gb, offs_b, offs_j, mask_bj)
+        m = parts.unit_mask(g_ptr, t, stride_gt, stride_gb, offs_b, offs_j, mask_bj)
     if HAS_ZONE:
-        d = unit_mask(zone_ptr, t, stride_dt, stride_db, offs_b, offs_j, mask_bj)
+        d = parts.unit_mask(zone_ptr, t, stride_dt, stride_db, offs_b, offs_j, mask_bj)
     if HAS_NEXT:
         # dh_t += sum_g z_h^g * (da_{t+1}^g @ W_g): h_t fed every gate's product of step t+1.
         gate = pid_s // KS

@@ -132,13 +132,11 @@ def fwd_step(
     if HAS_ZC:
         keep = tl.load(zc_ptr + bh, mask=mask_bj, other=0.0)
     if HAS_G:
-        m_g = tl.load(zg_ptr + t * stride_gt + offs_b[:, None] * stride_gb + offs_j[None, :], mask=mask_bj, other=0.0)
+        m_g = parts.unit_mask(zg_ptr, t, stride_gt, stride_gb, offs_b, offs_j, mask_bj)
     if HAS_ZONE_C:
-        d_c = tl.load(zone_c_ptr + t * stride_zct + offs_b[:, None] * stride_zcb + offs_j[None, :], mask=mask_bj,
-                      other=0.0)
+        d_c = parts.unit_mask(zone_c_ptr, t, stride_zct, stride_zcb, offs_b, offs_j, mask_bj)
     if HAS_ZONE_H:
-        d_h = tl.load(zone_h_ptr + t * stride_zht + offs_b[:, None] * stride_zhb + offs_j[None, :], mask=mask_bj,
-                      other=0.0)
+        d_h = parts.unit_mask(zone_h_ptr, t, stride_zht, stride_zhb, offs_b, offs_j, mask_bj)
         h_prev = tl.load(h_last_ptr + bh, mask=mask_bj, other=0.0)
     if HAS_ZH:  # the recurrent masks of units j, for the masked copies of h_t stored below
         z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
@@ -255,13 +253,11 @@ def bwd_step(
     if HAS_ZC:
         keep = tl.load(zc_ptr + bh, mask=mask_bj, other=0.0)
     if HAS_G:
-        m_g = tl.load(zg_ptr + t * stride_gt + offs_b[:, None] * stride_gb + offs_j[None, :], mask=mask_bj, other=0.0)
+        m_g = parts.unit_mask(zg_ptr, t, stride_gt, stride_gb, offs_b, offs_j, mask_bj)
     if HAS_ZONE_C:
-        d_c = tl.load(zone_c_ptr + t * stride_zct + offs_b[:, None] * stride_zcb + offs_j[None, :], mask=mask_bj,
-                      other=0.0)
+        d_c = parts.unit_mask(zone_c_ptr, t, stride_zct, stride_zcb, offs_b, offs_j, mask_bj)
     if HAS_ZONE_H:
-        d_h = tl.load(zone_h_ptr + t * stride_zht + offs_b[:, None] * stride_zhb + offs_j[None, :], mask=mask_bj,
-                      other=0.0)
+        d_h = parts.unit_mask(zone_h_ptr, t, stride_zht, stride_zhb, offs_b, offs_j, mask_bj)
         dh += tl.load(carry_ptr + bh, mask=mask_bj, other=0.0)
     if HAS_NEXT:
         # dh_t += sum_g z_h^g * (dgates_{t+1}^g @ W_g): step t's output fed every gate of step t+1.

@@ -77,3 +77,10 @@ def partials_sum(acc, src, live, stride, PARTS: tl.constexpr):
     for s in tl.static_range(PARTS):
         acc += tl.load(src + s * stride, mask=live, other=0.0, cache_modifier=".cg")
     return acc
+
+
+@triton.jit
+def unit_mask(ptr, t, stride_t, stride_b, offs_b, offs_j, mask_bj):
+    """This block of step t's mask on the units (Semeniuta's m_t, zoneout's d_t), read through its strides: a zero
+    stride reads the same row at every step or sample."""
+    return tl.load(ptr + t * stride_t + offs_b[:, None] * stride_b + offs_j[None, :], mask=mask_bj, other=0.0)

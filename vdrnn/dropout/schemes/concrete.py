@@ -40,7 +40,7 @@ class ConcreteDropout(VariationalDropout):
             ConcreteRates,  # an nn.Module: torch, which only a model being built needs
         )
 
-        self.rates = ConcreteRates(self.config, layers, outputs, weights)
+        self.rates = ConcreteRates(self.config, layers, weights)
         return self.rates
 
     def layer_masks(self, x, hidden_size, gates, layer=0):
