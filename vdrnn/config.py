@@ -294,7 +294,8 @@ def dropout_from(raw: dict[str, Any], model: ModelConfig) -> DropoutConfig:
                     {"per_gate": (model.gates == "untied", "cell.gates=untied (a mask per gate)")})
     problem = SCHEMES[dropout.scheme].refuses_cell(model.cell, dropout)
     if problem:
-        others = [name for name in in_table_order() if not SCHEMES[name].refuses_cell(model.cell)]
+        others = [name for name in in_table_order()
+                  if name != dropout.scheme and not SCHEMES[name].refuses_cell(model.cell)]
         raise ConfigError(f"dropout={dropout.scheme} cannot run on cell={model.cell}: {problem}. Use cell=lstm, or "
                           f"dropout={' / '.join(others)}")
     if dropout.hidden and model.num_layers == 1:

@@ -9,7 +9,8 @@ and the last of the block's programs to finish has all four gates' sums, so it r
 batches a program multiplies all four gates: :class:`~vdrnn.kernels.launch.Plan`). The operand h_{t-1} * z_h comes
 ready: the step before stored it, masked and in the stored dtype (``hz``: one copy for tied masks, one per gate for
 untied), so the programs reading a slice of it load one tensor instead of h and z. The cell (sigmoid/tanh, c_t =
-f*c + i*g, Moon's c_t *= m and h_t *= 1/(1-p)) runs on the accumulators in fp32, and the program stores h_t, h_t * z_h
+f*c + i*g, Moon's c_t *= m and h_t *= 1/(1-p), Semeniuta's g *= m, zoneout's c_t = d c_{t-1} + (1-d) c_t and the
+same for h_t) runs on the accumulators in fp32, and the program stores h_t, h_t * z_h
 (the next step's operand), c_t, y_t and the four gate activations (what backward needs). One launch per step is the
 minimum: step t+1 needs all of h_t, the results of every program of step t, and a launch boundary is the cheapest
 grid-wide barrier that a CUDA graph can hold.
