@@ -122,10 +122,16 @@ def test_fused_matches_reference(kind, hidden, block_plan):
 
 
 @pytest.mark.parametrize("kind", list(NEW_SCHEME_MASKS))
-def test_fused_matches_reference_with_candidate_and_zoneout_masks(kind, block_plan):
+def test_fused_matches_reference_with_candidate_and_zoneout_masks(kind):
     """Semeniuta's mask on g (fresh per step, or one per sequence) and zoneout's d on c and h (draws, or the
     expectation as a zero-stride view), alone and beside the other masks: forward, and every gradient, h_0's
     included (zoneout's gradient around the first step's update)."""
+    assert_fused_matches_reference(kind, hidden=33)
+
+
+@pytest.mark.parametrize("kind", ["semeniuta_step", "zoneout"])
+def test_candidate_and_zoneout_masks_under_split_k(kind, block_plan):
+    """The same with the reduction split over programs: the masks are read by the last program of a block."""
     assert_fused_matches_reference(kind, hidden=33)
 
 
