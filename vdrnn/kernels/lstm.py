@@ -46,7 +46,8 @@ def _forward(x_proj, h0, c0, w_op, bias, margs, step_margs, plan: launch.Plan, s
     dev = x_proj.device
     zh, szb, szg, has_zh, per_gate, zc, has_zc, c_scale = margs
     (zg, sgt, sgb, has_g), (zone_c, szct, szcb, has_zone_c), (zone_h, szht, szhb, has_zone_h) = step_margs
-    h_last = h0.float().clone()  # h_{t-1} for zoneout on h, then h_T
+    # h_T; with zoneout on h also h_{t-1} on entry to step t, so it starts as h_0.
+    h_last = h0.float().clone() if has_zone_h else torch.empty(batch, hidden, device=dev, dtype=torch.float32)
     cs = torch.empty(steps + 1, batch, hidden, device=dev, dtype=torch.float32)
     cs[0].copy_(c0)
     # Gate-major, so that each gate's operands for the weight gradient are one [T*B, H] matrix.

@@ -19,7 +19,6 @@ The learned p's are logged per site to TensorBoard (``noise/p_input0``, ...) and
 
 from __future__ import annotations
 
-from vdrnn.dropout.masks import LayerMasks, locked_rows
 from vdrnn.dropout.registry import register
 from vdrnn.dropout.schemes.variational import VariationalDropout
 
@@ -30,23 +29,10 @@ class ConcreteDropout(VariationalDropout):
     per_gate_masks = False
     learns_rates = True
     table_order = 45
-    rates = None  # the ConcreteRates, set by noise_scales()
 
     def noise_scales(self, layers, outputs, weights):
-        if self.rates is not None:  # the masks are drawn from these parameters: one scheme per model
-            raise RuntimeError("this scheme's learned rates belong to another model: call make_dropout again for "
-                               "each model")
         from vdrnn.dropout.concrete import (
             ConcreteRates,  # an nn.Module: torch, which only a model being built needs
         )
 
-        self.rates = ConcreteRates(self.config, layers, weights)
-        return self.rates
-
-    def layer_masks(self, x, hidden_size, gates, layer=0):
-        rows = locked_rows(x, self.config.locked_mask)
-        return LayerMasks(x=self.rates.mask(f"input{layer}", rows, x), h=self.rates.mask(f"recurrent{layer}", rows, x))
-
-    def output_mask(self, y):
-        mask = self.rates.mask("output", locked_rows(y, self.config.locked_mask), y)
-        return None if mask is None else mask.unsqueeze(0)
+        return self.learn(ConcreteRates(self.config, layers, weights))

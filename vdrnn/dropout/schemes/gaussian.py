@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from vdrnn.dropout.masks import LayerMasks, Noise, gaussian_mask, locked_rows
+from vdrnn.dropout.masks import Noise, gaussian_mask
 from vdrnn.dropout.registry import register
 from vdrnn.dropout.schemes.variational import VariationalDropout
 
@@ -36,34 +36,12 @@ class GaussianDropout(VariationalDropout):
     learns_noise = True
     table_order = 40
     noise: ClassVar[Noise] = staticmethod(gaussian_mask)
-    scales = None  # the learned log alpha (a NoiseScales), set by noise_scales() under dropout.learn_alpha
 
     def noise_scales(self, layers, outputs, weights):
         if not self.config.learn_alpha:
             return None
-        # The masks are drawn from these parameters, so a second model built on this scheme would take over the
-        # first one's noise: one scheme per model.
-        if self.scales is not None:
-            raise RuntimeError("this scheme's learned noise scales belong to another model: call make_dropout again "
-                               "for each model")
         from vdrnn.dropout.learned import (
             NoiseScales,  # an nn.Module: torch, which only a model being built needs
         )
 
-        self.scales = NoiseScales(self.config, layers, outputs)
-        return self.scales
-
-    def layer_masks(self, x, hidden_size, gates, layer=0):
-        if self.scales is None:
-            return super().layer_masks(x, hidden_size, gates, layer)
-        rows = locked_rows(x, self.config.locked_mask)
-        x_mask = self.scales.mask(f"input{layer}", rows, x)
-        h_mask = self.scales.mask(f"recurrent{layer}", rows, x)
-        per_gate = self.config.per_gate and (x_mask is not None or h_mask is not None)
-        return LayerMasks(x=x_mask, h=h_mask, per_gate=per_gate)
-
-    def output_mask(self, y):
-        if self.scales is None:
-            return super().output_mask(y)
-        mask = self.scales.mask("output", locked_rows(y, self.config.locked_mask), y)
-        return None if mask is None else mask.unsqueeze(0)
+        return self.learn(NoiseScales(self.config, layers, outputs))

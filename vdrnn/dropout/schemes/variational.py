@@ -17,7 +17,7 @@ tied; only the noise differs.
   ``run_MC_test``), word-type dropout off (``eval.word_dropout=false``, as Gal's code).
 """
 
-from vdrnn.dropout.masks import LayerMasks, locked_mask
+from vdrnn.dropout.masks import LayerMasks, locked_mask, locked_rows
 from vdrnn.dropout.registry import register
 from vdrnn.dropout.scheme import DropoutScheme
 
@@ -29,9 +29,26 @@ class VariationalDropout(DropoutScheme):
     per_gate_masks = True
     reads_locked_mask = True
     table_order = 30
+    # Learned noise the masks are drawn from instead (Kingma's alpha, Concrete's p: an nn.Module with ``mask``), set
+    # by the subclasses' noise_scales() through learn().
+    learned = None
+
+    def learn(self, noise):
+        """Draw this scheme's masks from ``noise`` from now on, and return it. The masks are drawn from its parameters,
+        so a second model built on this scheme would take over the first one's noise: one scheme per model."""
+        if self.learned is not None:
+            raise RuntimeError("this scheme's learned noise belongs to another model: call make_dropout again for "
+                               "each model")
+        self.learned = noise
+        return noise
 
     def layer_masks(self, x, hidden_size, gates, layer=0):
         cfg = self.config
+        if self.learned is not None:  # [rows, D] (or [rows, G, D] per gate) from each site's learned noise
+            rows = locked_rows(x, cfg.locked_mask)
+            x_mask = self.learned.mask(f"input{layer}", rows, x)
+            h_mask = self.learned.mask(f"recurrent{layer}", rows, x)
+            return LayerMasks(x=x_mask, h=h_mask, per_gate=cfg.per_gate and (x_mask is not None or h_mask is not None))
         p_in = cfg.input_p(layer)
         per_gate = (gates,) if cfg.per_gate else ()  # untied: one mask per gate, [B, G, D] instead of [B, D]
         return LayerMasks(
@@ -43,5 +60,8 @@ class VariationalDropout(DropoutScheme):
 
     def output_mask(self, y):
         cfg = self.config
-        mask = locked_mask(y, (y.shape[2],), cfg.output, cfg.locked_mask, self.noise)
+        if self.learned is not None:
+            mask = self.learned.mask("output", locked_rows(y, cfg.locked_mask), y)
+        else:
+            mask = locked_mask(y, (y.shape[2],), cfg.output, cfg.locked_mask, self.noise)
         return None if mask is None else mask.unsqueeze(0)
