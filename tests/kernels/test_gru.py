@@ -233,22 +233,30 @@ def test_fused_gru_reads_zoneouts_expectation_through_its_strides():
         common.unit_mask(torch.ones(steps, batch, hidden + 1, device=DEVICE), units, like)
 
 
-@pytest.mark.parametrize("per_gate", [False, True])
-def test_gru_layer_fast_matches_reference(per_gate):
+def layer_outputs(steps: int, batch: int, inputs: int, hidden: int, masks_for) -> list[list[torch.Tensor]]:
+    """(y, h_T and every parameter's gradient) of a GRU layer with impl=fast, then of its copy with impl=reference,
+    on the same input, state and masks ``masks_for(x)``."""
     torch.manual_seed(3)
-    steps, batch, inputs, hidden = 4, 2, 5, 9
     fast = GRULayer(inputs, hidden, impl="fast").to(DEVICE)
     reference = GRULayer(inputs, hidden, impl="reference").to(DEVICE)
     reference.load_state_dict(fast.state_dict())
     x = torch.randn(steps, batch, inputs, device=DEVICE)
     h0 = torch.randn(batch, hidden, device=DEVICE)
-    gates = (GRU_GATES,) if per_gate else ()
-    masks = LayerMasks(h=bernoulli_mask((batch, *gates, hidden), 0.5, x), per_gate=per_gate)
+    masks = masks_for(x)
     outputs = []
     for layer in (fast, reference):
         y, h = layer(x, h0, masks)
         (y.square().sum() + h.sum()).backward()
         outputs.append([y, h] + [p.grad for p in layer.parameters()])
+    return outputs
+
+
+@pytest.mark.parametrize("per_gate", [False, True])
+def test_gru_layer_fast_matches_reference(per_gate):
+    batch, hidden = 2, 9
+    gates = (GRU_GATES,) if per_gate else ()
+    outputs = layer_outputs(4, batch, 5, hidden, lambda x: LayerMasks(
+        h=bernoulli_mask((batch, *gates, hidden), 0.5, x), per_gate=per_gate))
     for a, b in zip(*outputs, strict=True):
         assert rel(a, b) < 1e-5
 
@@ -257,20 +265,13 @@ def test_gru_layer_fast_runs_the_kernels_for_the_candidate_and_zoneout_masks(mon
     """Semeniuta's and zoneout's masks alone (no h mask) make the layer's recurrence a masked one: with impl=fast the
     kernels run it, with the reference's results."""
     runs = kernel_units(monkeypatch, kernels_gru, launch.UNIT_MULTIPLE)
-    torch.manual_seed(3)
     steps, batch, inputs, hidden = 3, 2, 5, 9
-    fast = GRULayer(inputs, hidden, impl="fast").to(DEVICE)
-    reference = GRULayer(inputs, hidden, impl="reference").to(DEVICE)
-    reference.load_state_dict(fast.state_dict())
-    x = torch.randn(steps, batch, inputs, device=DEVICE)
-    h0 = torch.randn(batch, hidden, device=DEVICE)
-    masks = make_masks("semeniuta_zoneout_untied", steps, batch, inputs, hidden)
-    masks = LayerMasks(g=masks.g, zone_h=masks.zone_h)
-    outputs = []
-    for layer in (fast, reference):
-        y, h = layer(x, h0, masks)
-        (y.square().sum() + h.sum()).backward()
-        outputs.append([y, h] + [p.grad for p in layer.parameters()])
+
+    def masks_for(x):
+        masks = make_masks("semeniuta_zoneout_untied", steps, batch, inputs, hidden)
+        return LayerMasks(g=masks.g, zone_h=masks.zone_h)
+
+    outputs = layer_outputs(steps, batch, inputs, hidden, masks_for)
     assert len(runs) == 1
     for a, b in zip(*outputs, strict=True):
         assert rel(a, b) < FP32_TOL
