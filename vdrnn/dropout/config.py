@@ -114,8 +114,8 @@ class DropoutConfig:
         if self.candidate_mask != "step" and "candidate" not in spec.sites:
             raise ConfigError(f"dropout.candidate_mask={self.candidate_mask} draws the candidate's masks, which only "
                               f"`dropout=semeniuta` drops; drop the override or pick that scheme")
-        for key, default in (("temperature", 0.1), ("lengthscale", 1e-4)):
-            value = getattr(self, key)
+        for key in ("temperature", "lengthscale"):
+            value, default = getattr(self, key), DropoutConfig.__dataclass_fields__[key].default
             if not (is_number(value) and value > 0):
                 raise ConfigError(f"dropout.{key}={value!r} must be a number > 0 (Concrete dropout's default: "
                                   f"{default:g})")
