@@ -65,7 +65,11 @@ def test_regularizer_is_the_weight_term_and_the_negative_entropy_per_site():
         p = rates.p(key)
         total += l2 * weight.pow(2).sum() / (1 - p) + size * (p * p.log() + (1 - p) * (1 - p).log())
     torch.testing.assert_close(rates.kl(), total)
-    assert negative_entropy(torch.tensor(0.5)).item() == pytest.approx(-math.log(2))
+    assert negative_entropy(torch.tensor(0.0)).item() == pytest.approx(-math.log(2))  # p = 0.5
+    # A p rounded to 0 in float32 (logit -110): the term is 0, and so is its gradient, not nan.
+    logit = torch.tensor(-110.0, requires_grad=True)
+    negative_entropy(logit).backward()
+    assert negative_entropy(logit).item() == 0.0 and logit.grad.item() == 0.0
 
 
 def test_the_likelihood_and_the_regularizer_both_reach_p_and_weight_decay_leaves_it_alone():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vdrnn.dropout.config import DropoutConfig
@@ -16,9 +17,12 @@ from vdrnn.dropout.config import DropoutConfig
 EPS = 1e-7  # keeps the logs finite at u or p near 0 and 1, as the reference code
 
 
-def negative_entropy(p: torch.Tensor) -> torch.Tensor:
-    """p log p + (1-p) log(1-p): minus the entropy of one Bernoulli(p) draw, in nats (<= 0)."""
-    return p * torch.log(p) + (1 - p) * torch.log1p(-p)
+def negative_entropy(logit: torch.Tensor) -> torch.Tensor:
+    """p log p + (1-p) log(1-p) of p = sigmoid(logit): minus the entropy of one Bernoulli(p) draw, in nats (<= 0).
+    Computed from the logit, so that a p the likelihood drives to 0 in float32 leaves the term and its gradient
+    finite (0 log 0 = 0), where log(p) of the rounded p would not."""
+    p = torch.sigmoid(logit)
+    return p * F.logsigmoid(logit) + (1 - p) * F.logsigmoid(-logit)
 
 
 class ConcreteRates(nn.Module):
@@ -86,7 +90,8 @@ class ConcreteRates(nn.Module):
         for key in self.p_logit:
             p = self.p(key)
             weight = self.weights[key]
-            terms.append(self.lengthscale**2 * weight.pow(2).sum() / (1 - p) + self.size[key] * negative_entropy(p))
+            terms.append(self.lengthscale**2 * weight.pow(2).sum() / (1 - p)
+                         + self.size[key] * negative_entropy(self.p_logit[key]))
         return sum(terms[1:], terms[0]) if terms else torch.zeros(())
 
     def clamp_(self) -> None:
