@@ -9,8 +9,8 @@
 
 Each job runs `vdrnn train experiment=<preset> seed=<s>` in its own folder <root>/<preset>/seed<s>
 (for --size, <preset> is <size>_<row>).
-A finished job (metrics.json present) is skipped and an unfinished one resumes from its last.pt, so the
-script can be called again and again until every job is done: that is how a run longer than a machine's time
+A job whose run ended (its metrics.json says finished or failed) is skipped and any other resumes from its last.pt,
+so the script can be called again and again until every job is done: that is how a run longer than a machine's time
 allocation completes. Each call must ask for the same overrides as the calls before
 it: a job folder whose saved run had other settings in its .hydra/overrides.yaml is refused (use a new --root
 for other overrides; data.root, device and logging may change).
@@ -40,8 +40,17 @@ from pathlib import Path
 
 import yaml
 
+from vdrnn.report.found import UNFINISHED, find_runs, read_metrics, status_of
+
 ROWS = ["none", "moon", "moon_emb", "zaremba", "variational", "variational_untied"]
 EXIT_UNFINISHED = 3  # the deadline left jobs to run: not a failure, a "call until done" loop calls again
+
+
+def ended(folder: Path) -> bool:
+    """Has the job's run ended, finished or failed? A run that is running, or stopped to go on later, keeps a
+    metrics.json too (saying so): that job resumes from its last.pt."""
+    path = folder / "metrics.json"
+    return path.exists() and status_of(read_metrics(path)) not in UNFINISHED
 
 
 def vdrnn_command() -> list[str]:
@@ -170,7 +179,7 @@ def main() -> None:
         if earlier is not None:
             sys.exit(f"{folder} was run with the overrides {' '.join(earlier) or '(none)'}, not {' '.join(wanted)}: "
                      "pass a new --root for other overrides")
-    pending = [(preset, seed, folder) for preset, seed, folder in jobs if not (folder / "metrics.json").exists()]
+    pending = [(preset, seed, folder) for preset, seed, folder in jobs if not ended(folder)]
     print(f"{len(pending)} job(s) to run in {root}", flush=True)
     deadline = time.monotonic() + 60 * args.deadline_min if args.deadline_min is not None else None
     gpus = list(devices)
@@ -216,7 +225,7 @@ def main() -> None:
         print(f"{len(pending)} job(s) not started before the deadline: "
               f"{', '.join(str(folder) for _, _, folder in pending)}", flush=True)
     report_status = 0
-    if any(root.rglob("metrics.json")):
+    if find_runs([root]):  # the report tabulates ended runs; stopped ones alone would make it fail
         # Not check=True: a failed report must not hide the summary of failed jobs below.
         report_status = subprocess.run([*vdrnn_command(), "report", str(root), "--out", str(report)]).returncode
     problems = []

@@ -173,6 +173,17 @@ def test_a_job_stopped_at_the_deadline_is_work_left_not_a_failure(tmp_path, tiny
     assert "FAILED" not in result.stdout
 
 
+def test_a_job_whose_run_is_stopped_or_running_is_resumed_and_only_an_ended_one_skipped(tmp_path, script):
+    """A run keeps a metrics.json while it runs and when stopped to go on later; only finished (a metrics.json of
+    before the status was recorded counts as that) or failed runs are done."""
+    for status, done in (("stopped", False), ("running", False), ("finished", True), ("failed", True), (None, True)):
+        folder = tmp_path / str(status)
+        folder.mkdir()
+        (folder / "metrics.json").write_text(json.dumps({} if status is None else {"status": status}))
+        assert script.ended(folder) == done, status
+    assert not script.ended(tmp_path / "never_started")
+
+
 def test_gpus_that_do_not_exist_are_refused_before_any_job_starts(tmp_path, script, monkeypatch, capsys):
     # A job shown no GPU would train on the CPU (device=auto) for hours without a word.
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
