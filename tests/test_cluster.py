@@ -4,10 +4,12 @@ shell completion and --help through Hydra's search path."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -72,6 +74,34 @@ def test_gals_grid_ties_word_types_to_h_and_inputs_to_outputs_over_its_four_poin
     with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
         hydra_cfg = compose(config_name="config", overrides=["search=gal_grid"], return_hydra_config=True)
     assert dict(hydra_cfg.hydra.sweeper.params) == {"dropout.embedding": "0.1,0.2", "dropout.input": "0.3,0.4"}
+
+
+GRIDS = {"gal_grid": "medium_variational", "zoneout_grid": "medium_zoneout", "semeniuta_grid": "medium_semeniuta",
+         "concrete_prior": "medium_concrete"}
+
+
+@pytest.mark.parametrize("search,experiment", GRIDS.items())
+def test_every_point_of_a_grid_search_is_a_valid_run_of_the_preset_its_header_runs(search, experiment):
+    """Each grid's header runs it on its scheme's preset, and every point of the grid composes and validates there
+    with the swept values in place (a grid over a key the scheme refuses fails validation)."""
+    from hydra import compose, initialize_config_module
+
+    from vdrnn.config import to_container
+    from vdrnn.tasks.lm.config import from_dict
+
+    header = Path(cli.__file__).parents[1] / "conf" / "search" / f"{search}.yaml"
+    assert f"vdrnn train -m experiment={experiment} search={search} " in header.read_text()
+    with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
+        params = compose(config_name="config", overrides=[f"search={search}"], return_hydra_config=True
+                         ).hydra.sweeper.params
+    grid = [[(key, value) for value in str(values).split(",")] for key, values in params.items()]
+    for point in itertools.product(*grid):
+        raw = composed(f"experiment={experiment}", f"search={search}", *(f"{key}={value}" for key, value in point))
+        assert raw.objective == "best_valid_ppl"
+        cfg = from_dict(to_container(raw))
+        for key, value in point:
+            section, name = key.split(".")
+            assert str(getattr(getattr(cfg, section), name)) == value, (point, key)
 
 
 @pytest.mark.slow
