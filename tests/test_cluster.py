@@ -9,7 +9,7 @@ import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
+from importlib import resources
 
 import pytest
 import yaml
@@ -89,8 +89,8 @@ def test_every_point_of_a_grid_search_is_a_valid_run_of_the_preset_its_header_ru
     from vdrnn.config import to_container
     from vdrnn.tasks.lm.config import from_dict
 
-    header = Path(cli.__file__).parents[1] / "conf" / "search" / f"{search}.yaml"
-    assert f"vdrnn train -m experiment={experiment} search={search} " in header.read_text()
+    header = resources.files("vdrnn.conf").joinpath("search", f"{search}.yaml").read_text()
+    assert f"vdrnn train -m experiment={experiment} search={search} " in header
     with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
         params = compose(config_name="config", overrides=[f"search={search}"], return_hydra_config=True
                          ).hydra.sweeper.params
