@@ -80,12 +80,13 @@ def cli_in_process(monkeypatch, run_dir: Path, overrides):
     return cli
 
 
-def composed(*overrides: str):
-    """The config `vdrnn train <overrides>` composes (a DictConfig), through Hydra's compose API: no subprocess."""
+def composed(*overrides: str, with_hydra: bool = False):
+    """The config `vdrnn train <overrides>` composes (a DictConfig), through Hydra's compose API: no subprocess;
+    ``with_hydra``: with its ``hydra`` node too (the launcher and sweeper settings)."""
     from hydra import compose, initialize_config_module
 
     with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+        return compose(config_name="config", overrides=list(overrides), return_hydra_config=with_hydra)
 
 
 def history(run: Path) -> list[dict]:

@@ -24,10 +24,7 @@ from vdrnn.help import groups
 
 def launcher_config(name: str) -> dict:
     """hydra.launcher of `vdrnn train -m hydra/launcher=<name>`, resolved as the plugin receives it."""
-    from hydra import compose, initialize_config_module
-
-    with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"hydra/launcher={name}"], return_hydra_config=True)
+    cfg = composed(f"hydra/launcher={name}", with_hydra=True)
     cfg.hydra.sweep.dir, cfg.hydra.job.name = "sweep", "vdrnn"
     return OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
 
@@ -69,11 +66,7 @@ def test_the_table_1_sweep_of_the_readme_runs_its_twelve_presets():
 def test_gals_grid_ties_word_types_to_h_and_inputs_to_outputs_over_its_four_points():
     cfg = composed("experiment=medium_variational", "search=gal_grid", "dropout.embedding=0.1", "dropout.input=0.4")
     assert (cfg.dropout.recurrent, cfg.dropout.output, cfg.objective) == (0.1, 0.4, "best_valid_ppl")
-    from hydra import compose, initialize_config_module
-
-    with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
-        hydra_cfg = compose(config_name="config", overrides=["search=gal_grid"], return_hydra_config=True)
-    assert dict(hydra_cfg.hydra.sweeper.params) == {"dropout.embedding": "0.1,0.2", "dropout.input": "0.3,0.4"}
+    assert dict(composed("search=gal_grid", with_hydra=True).hydra.sweeper.params) == {"dropout.embedding": "0.1,0.2", "dropout.input": "0.3,0.4"}
 
 
 GRIDS = {"gal_grid": "medium_variational", "zoneout_grid": "medium_zoneout", "semeniuta_grid": "medium_semeniuta",
@@ -84,16 +77,12 @@ GRIDS = {"gal_grid": "medium_variational", "zoneout_grid": "medium_zoneout", "se
 def test_every_point_of_a_grid_search_is_a_valid_run_of_the_preset_its_header_runs(search, experiment):
     """Each grid's header runs it on its scheme's preset, and every point of the grid composes and validates there
     with the swept values in place (a grid over a key the scheme refuses fails validation)."""
-    from hydra import compose, initialize_config_module
-
     from vdrnn.config import to_container
     from vdrnn.tasks.lm.config import from_dict
 
     header = resources.files("vdrnn.conf").joinpath("search", f"{search}.yaml").read_text()
     assert f"vdrnn train -m experiment={experiment} search={search} " in header
-    with initialize_config_module(config_module="vdrnn.conf", version_base="1.3"):
-        params = compose(config_name="config", overrides=[f"search={search}"], return_hydra_config=True
-                         ).hydra.sweeper.params
+    params = composed(f"search={search}", with_hydra=True).hydra.sweeper.params
     grid = [[(key, value) for value in str(values).split(",")] for key, values in params.items()]
     for point in itertools.product(*grid):
         raw = composed(f"experiment={experiment}", f"search={search}", *(f"{key}={value}" for key, value in point))
