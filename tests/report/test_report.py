@@ -427,6 +427,31 @@ def test_every_point_of_the_curves_is_inside_the_frame(tmp_path, monkeypatch):
     assert all(low < point < high for point in points)
 
 
+def test_a_fine_tuning_runs_curve_goes_on_after_the_epochs_of_the_weights_it_started_from(tmp_path, monkeypatch):
+    """AWD's fine-tuning stage (init_from) draws after the run it fine-tunes, not over its first epochs, and its row
+    follows that run's in the table."""
+    runs = tmp_path / "runs"
+    for name, row, curve, start in (("tuned", "AWD-LSTM (fine-tuned)", [61.0, 60.5], 3),
+                                    ("trained", "AWD-LSTM (no fine-tuning)", [90.0, 70.0, 62.0], None)):
+        fake_ptb_run(runs / name, 1, [], epochs=len(curve), hidden=1150, dropout={"scheme": "awd"},
+                     init_from="/a/best.pt" if start else None, paper={"row": row, "size": "awd"})
+        metrics = json.loads((runs / name / "metrics.json").read_text())
+        (runs / name / "metrics.json").write_text(json.dumps(metrics | ({"start_epoch": start} if start else {})))
+        (runs / name / "metrics.jsonl").write_text("".join(json.dumps({"valid_ppl": v}) + "\n" for v in curve))
+    lines = {}
+
+    def save_curves(fig, axes, path):
+        import matplotlib.pyplot as plt
+
+        lines.update((line.get_label(), list(line.get_xdata())) for ax in axes for line in ax.get_lines())
+        plt.close(fig)
+
+    monkeypatch.setattr("vdrnn.tasks.lm.report.save_curves", save_curves)
+    plot_ptb(collect_ptb(find_runs([runs])), tmp_path / "plot.png")
+    assert lines == {"AWD-LSTM (no fine-tuning) (n=1)": [1, 2, 3], "AWD-LSTM (fine-tuned) (n=1)": [4, 5]}
+    assert [row["row"] for row in ptb_rows(tmp_path)] == ["AWD-LSTM (no fine-tuning)", "AWD-LSTM (fine-tuned)"]
+
+
 def test_runs_that_finished_no_epoch_are_named_in_a_warning_and_evaluations_are_not(tmp_path, capsys):
     """A sweep's refused job holds only vdrnn.log: without a word the table would just lack a seed."""
     runs = tmp_path / "runs"

@@ -18,13 +18,14 @@ def line_label(name: str, dropout: str, setting: str, dropouts_of_name: set[str]
     return name + (f" [{'; '.join(parts)}]" if parts else "")
 
 
-def plot_mean_curve(ax, curves: list[list[float]], name: str) -> None:
-    """One line: the mean over seeds of a per-epoch metric, over the epochs every seed reached."""
+def plot_mean_curve(ax, curves: list[list[float]], name: str, start_epoch: int = 0) -> None:
+    """One line: the mean over seeds of a per-epoch metric, over the epochs every seed reached, from epoch
+    ``start_epoch`` + 1 (a run that started from another's weights)."""
     epochs = min(len(c) for c in curves)
     mean = [statistics.mean(c[e] for c in curves) for e in range(epochs)]
     # Matplotlib's 10 colours repeat from the 11th line on; a new line style per 10 keeps every line its own look.
     style = ("-", "--", ":")[len(ax.get_lines()) // 10 % 3]
-    ax.plot(range(1, epochs + 1), mean, style, marker="." if epochs < 30 else None, label=f"{name} (n={len(curves)})")
+    ax.plot(range(start_epoch + 1, start_epoch + epochs + 1), mean, style, marker="." if epochs < 30 else None, label=f"{name} (n={len(curves)})")
 
 
 def draw_curves(panels: dict[str, list[Row]], line_name: Callable[[Row], str]):
@@ -43,7 +44,8 @@ def draw_curves(panels: dict[str, list[Row]], line_name: Callable[[Row], str]):
         for row in panel:
             name = line_name(row)
             plot_mean_curve(ax, row.curves, line_label(name, row.dropout, row.setting,
-                                                       {r.dropout for r in panel if line_name(r) == name}))
+                                                       {r.dropout for r in panel if line_name(r) == name}),
+                            row.start_epoch)
     return fig, axes[0]
 
 

@@ -55,6 +55,12 @@ class Row:
         """What its runs' command lines changed beyond the preset (see overrides_column)."""
         return overrides_column(self.runs, self.dirs, self.quiet)
 
+    @property
+    def start_epoch(self) -> int:
+        """The epochs behind the weights its runs started from (init_from; the fewest where they differ), after
+        which its curve starts: a fine-tuning run's goes on where the run it fine-tunes stopped."""
+        return min((run.get("start_epoch") or 0 for run in self.runs), default=0)
+
     def values(self, key: str) -> list[float]:
         return [r[key] for r in self.runs if r.get(key) is not None]
 

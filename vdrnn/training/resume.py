@@ -178,7 +178,7 @@ class RunFolder:
         return read_jsonl(self.history) if self.history.exists() else []
 
 
-PROGRESS = ("epoch", "step", "best_valid", "train_seconds", "run_seconds")  # a checkpoint's progress entries
+PROGRESS = ("epoch", "step", "best_valid", "train_seconds", "run_seconds", "start_epoch")  # a checkpoint's progress
 
 
 def restore_state(payload: dict[str, Any], path: Path, model: torch.nn.Module, optimization: Optimization,
@@ -196,9 +196,10 @@ def restore_state(payload: dict[str, Any], path: Path, model: torch.nn.Module, o
         load_extra(payload)
         optimization.load(payload)
         set_rng_state(payload["rng"], device)
-        # run_seconds: checkpoints from before trainer.max_minutes have training time only
-        return {key: payload.get(key, payload["train_seconds"]) if key == "run_seconds" else payload[key]
-                for key in PROGRESS}
+        # Entries older checkpoints lack: run_seconds (before trainer.max_minutes: training time only) and
+        # start_epoch (before it was kept: a fresh start).
+        older = {"run_seconds": payload["train_seconds"], "start_epoch": 0}
+        return {key: payload.get(key, older[key]) if key in older else payload[key] for key in PROGRESS}
     except (KeyError, ValueError, RuntimeError) as err:  # an entry missing, or shaped for another optimizer
         what = f"it has no {err.args[0]!r} entry" if isinstance(err, KeyError) else str(err).splitlines()[0][:200]
         raise CheckpointError(

@@ -52,6 +52,7 @@ class Progress:
     best_valid: float = math.inf  # the score best.pt validated to (nan: nothing validated, trainer.select=last)
     train_seconds: float = 0.0
     run_seconds: float = 0.0  # training + validation, summed over resumes (trainer.max_minutes)
+    start_epoch: int = 0  # the epochs behind the weights it started from (init_from); 0 for a fresh start
 
     def step_cap_reached(self, trainer) -> bool:
         return trainer.max_steps is not None and self.step >= trainer.max_steps
@@ -70,6 +71,8 @@ class Progress:
             # The score best.pt validated to; None where the run validated nothing (data.valid_fraction=0).
             f"best_valid_{selector}": None if math.isnan(self.best_valid) else self.best_valid,
             "epochs": self.epoch,
+            # A fine-tuning run's curve goes on from the epochs of the run it started from (the report's plots).
+            "start_epoch": self.start_epoch,
             "steps": self.step,
             "train_seconds": self.train_seconds,
             # Stopped by trainer.max_minutes, not by the epochs, the step cap or early stopping running out first.

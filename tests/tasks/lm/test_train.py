@@ -114,17 +114,34 @@ def test_init_from_loads_the_weights_only(tmp_path, tiny_corpus):
     assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(),
                                                   second.model.state_dict().values(), strict=True))
     assert (second.progress.epoch, second.progress.step) == (0, 0)
+    assert second.progress.start_epoch == 3  # the source's epochs, after which the report draws its curve
 
 
 def test_a_run_started_with_init_from_resumes_after_its_source_is_gone(tmp_path, tiny_corpus):
-    """init_from only starts a run: a resume restores the run's own weights, with the option or without it."""
-    fit(trainer(tmp_path / "a", tiny_corpus, "trainer.epochs=1"))
+    """init_from only starts a run: a resume restores the run's own weights, with the option or without it, and
+    keeps the epochs it started after."""
+    assert fit(trainer(tmp_path / "a", tiny_corpus, "trainer.epochs=1"))["start_epoch"] == 0
     source = tmp_path / "a" / "best.pt"
     for run in ("b", "c"):
-        fit(trainer(tmp_path / run, tiny_corpus, "trainer.epochs=1", f"init_from={source}"))
+        assert fit(trainer(tmp_path / run, tiny_corpus, "trainer.epochs=1", f"init_from={source}"))["start_epoch"] == 1
     source.unlink()
     for run, extra in (("b", [f"init_from={source}"]), ("c", [])):
-        assert fit(trainer(tmp_path / run, tiny_corpus, "trainer.epochs=2", *extra))["epochs"] == 2
+        resumed = fit(trainer(tmp_path / run, tiny_corpus, "trainer.epochs=2", *extra))
+        assert (resumed["epochs"], resumed["start_epoch"]) == (2, 1)
+
+
+def test_a_checkpoint_from_before_run_seconds_and_start_epoch_were_kept_resumes(tmp_path, tiny_corpus):
+    """Those entries are read with the values an older run had: training time only, and a fresh start."""
+    from vdrnn.training import checkpoint
+
+    fit(trainer(tmp_path / "a", tiny_corpus, "trainer.epochs=1"))
+    last = tmp_path / "a" / "last.pt"
+    payload = torch.load(last, weights_only=True)
+    del payload["run_seconds"], payload["start_epoch"]
+    checkpoint.save(payload, last)
+    resumed = trainer(tmp_path / "a", tiny_corpus, "trainer.epochs=2")
+    assert resumed.progress.run_seconds == payload["train_seconds"] and resumed.progress.start_epoch == 0
+    assert fit(resumed)["epochs"] == 2
 
 
 @pytest.mark.parametrize("schedule", [

@@ -27,7 +27,8 @@ from vdrnn.report.tables import write_table
 
 # Table 1's order, top to bottom; ad-hoc rows follow in name order.
 ROW_ORDER = ["Non-regularized (early stopping)", "Moon et al. 2015", "Moon et al. + emb dropout",
-             "Zaremba et al. 2014", "Variational (tied weights)", "Variational (untied weights)"]
+             "Zaremba et al. 2014", "Variational (tied weights)", "Variational (untied weights)",
+             "AWD-LSTM (no fine-tuning)", "AWD-LSTM (fine-tuned)"]
 SIZE_NAMES = {200: "small", 650: "medium", 1500: "large"}
 SIZE_ORDER = list(SIZE_NAMES.values())  # the table's and the plot's order; other sizes follow
 # The units of each preset's paper size: Table 1's sizes, and AWD's 1150 (conf/model/awd.yaml).
