@@ -1,5 +1,7 @@
-"""The committed results tables are what `vdrnn report` writes from the committed runs (scripts/tables.py)."""
+"""The committed results tables are what `vdrnn report` writes from the committed runs (scripts/tables.py), and
+every committed run has its provenance line."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -28,3 +30,24 @@ def test_the_check_names_a_table_edited_by_hand(tmp_path):
     done = check_tables("--results", str(tmp_path))
     assert done.returncode != 0
     assert str(table) in done.stderr and "scale_table.csv" not in done.stderr
+
+
+def listed_runs(runs_md) -> set[str]:
+    """The run folders a RUNS.md's table names (its first column), ``a/{1,10}`` for ``a/1`` and ``a/10``."""
+    listed = set()
+    for entry in re.findall(r"^\| `([^`]+)` \|", runs_md.read_text(), re.M):
+        braces = re.search(r"\{([^}]+)\}", entry)
+        listed |= ({entry[:braces.start()] + part + entry[braces.end():] for part in braces[1].split(",")}
+                   if braces else {entry})
+    return listed
+
+
+def test_every_committed_run_has_its_command_hardware_and_commit_in_the_runs_md_above_it():
+    results = ROOT / "results"
+    unlisted = []
+    for record in sorted([*results.rglob("metrics.json"), *results.rglob("eval.json")]):
+        folder = record.parent
+        runs_md = next(parent / "RUNS.md" for parent in folder.parents if (parent / "RUNS.md").exists())
+        if str(folder.relative_to(runs_md.parent)) not in listed_runs(runs_md):
+            unlisted.append(f"{folder.relative_to(results)} (in {runs_md.relative_to(results)})")
+    assert not unlisted, unlisted
