@@ -43,7 +43,7 @@ NEEDS_SENTIMENT = {("cell", "gru"), ("cell", "rnn")}
 # A preset's header: `# @package _global_`, one line saying what it is, the command, and what it gives, in this form
 # (the Expect text may go on over one more line, or a `#   Note:` line may follow it).
 RUN, EXPECT, MORE, NOTE = "#   Run:    vdrnn train experiment=", "#   Expect: ", "#           ", "#   Note:   "
-UNMEASURED = {"awd_ptb_finetune", "medium_concrete"}  # not yet run on a GPU: its header says what it outputs
+UNMEASURED = {"medium_concrete"}  # not yet run on a GPU: its header says what it outputs
 # How vdrnn's measured numbers start the Expect text, by dataset (after "with <override>: " where they need one);
 # "± std" where there are several seeds.
 PM = r"( ± \d+\.\d+)?"
