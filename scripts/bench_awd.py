@@ -4,7 +4,7 @@
     python scripts/bench_awd.py --out /tmp/b             # the table only, elsewhere
 
 The model, data and step are those of `vdrnn train experiment=awd_ptb` (3 LSTM layers of 1150/1150/400 units, batch
-80, random BPTT lengths around 70, weight drop 0.5 and locked dropout, AR/TAR, clip 0.25), on the PTB of
+20, random BPTT lengths around 70, weight drop 0.5 and locked dropout, AR/TAR, clip 0.25), on the PTB of
 $VDRNN_DATA_DIR. The step variants, each under SGD and under averaged SGD (NT-ASGD after its switch):
 
     eager          trainer.cuda_graph=off: cuDNN on the dropped W_hh, launched from Python   -- the anchor
