@@ -66,7 +66,8 @@ def test_the_table_1_sweep_of_the_readme_runs_its_twelve_presets():
 def test_gals_grid_ties_word_types_to_h_and_inputs_to_outputs_over_its_four_points():
     cfg = composed("experiment=medium_variational", "search=gal_grid", "dropout.embedding=0.1", "dropout.input=0.4")
     assert (cfg.dropout.recurrent, cfg.dropout.output, cfg.objective) == (0.1, 0.4, "best_valid_ppl")
-    assert dict(composed("search=gal_grid", with_hydra=True).hydra.sweeper.params) == {"dropout.embedding": "0.1,0.2", "dropout.input": "0.3,0.4"}
+    params = composed("search=gal_grid", with_hydra=True).hydra.sweeper.params
+    assert dict(params) == {"dropout.embedding": "0.1,0.2", "dropout.input": "0.3,0.4"}
 
 
 GRIDS = {"gal_grid": "medium_variational", "zoneout_grid": "medium_zoneout", "semeniuta_grid": "medium_semeniuta",

@@ -25,7 +25,8 @@ def plot_mean_curve(ax, curves: list[list[float]], name: str, start_epoch: int =
     mean = [statistics.mean(c[e] for c in curves) for e in range(epochs)]
     # Matplotlib's 10 colours repeat from the 11th line on; a new line style per 10 keeps every line its own look.
     style = ("-", "--", ":")[len(ax.get_lines()) // 10 % 3]
-    ax.plot(range(start_epoch + 1, start_epoch + epochs + 1), mean, style, marker="." if epochs < 30 else None, label=f"{name} (n={len(curves)})")
+    ax.plot(range(start_epoch + 1, start_epoch + epochs + 1), mean, style, marker="." if epochs < 30 else None,
+            label=f"{name} (n={len(curves)})")
 
 
 def draw_curves(panels: dict[str, list[Row]], line_name: Callable[[Row], str]):

@@ -105,7 +105,7 @@ def test_init_from_loads_the_weights_only(tmp_path, tiny_corpus):
     with torch.no_grad():
         for p in first.model.parameters():
             p.add_(1.0)
-    first.progress.epoch, first.progress.step = 3, 99
+    first.progress.epoch, first.progress.step, first.progress.start_epoch = 3, 99, 5  # itself a fine-tuning
     from vdrnn.training import checkpoint
 
     (tmp_path / "a").mkdir(exist_ok=True)
@@ -114,7 +114,7 @@ def test_init_from_loads_the_weights_only(tmp_path, tiny_corpus):
     assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(),
                                                   second.model.state_dict().values(), strict=True))
     assert (second.progress.epoch, second.progress.step) == (0, 0)
-    assert second.progress.start_epoch == 3  # the source's epochs, after which the report draws its curve
+    assert second.progress.start_epoch == 8  # all the epochs behind its weights, after which the report draws its curve
 
 
 def test_a_run_started_with_init_from_resumes_after_its_source_is_gone(tmp_path, tiny_corpus):

@@ -52,7 +52,7 @@ class LanguageModelTrainer(EpochTrainer):
             checkpoint.load_model_state(model, payload, self.cfg.init_from, "init_from loads the weights into "
                                         "the model this run builds: give it the checkpoint's model.* and cell settings")
             log.info("starting from the weights of %s (epoch %d)", self.cfg.init_from, payload["epoch"])
-            self.progress.start_epoch = payload["epoch"]
+            self.progress.start_epoch = payload.get("start_epoch", 0) + payload["epoch"]  # a fine-tuning's too
         return model
 
     @property
