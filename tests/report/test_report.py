@@ -98,7 +98,7 @@ MEDIUM_VARIATIONAL = {"scheme": "variational", "embedding": 0.2, "input": 0.5, "
 
 
 def fake_ptb_run(folder, seed, overrides, epochs=39, time_limited=False, dropout=MEDIUM_VARIATIONAL, noise=None,
-                 hidden=650, init_from=None, paper=None, wps=50_000, eval_seconds=None):
+                 hidden=650, init_from=None, paper=None, wps=50_000, eval_seconds=None, start_epoch=None):
     """A finished PTB run (medium unless ``hidden`` says otherwise), with Hydra's record of its command line (a list
     of strings); ``paper``: its preset's Table 1 entry, as metrics.json keeps it."""
     folder.mkdir(parents=True)
@@ -106,7 +106,8 @@ def fake_ptb_run(folder, seed, overrides, epochs=39, time_limited=False, dropout
               "init_from": init_from, "trainer": {"epochs": 39, "max_minutes": 30 if time_limited else None}}
     metrics = {"valid_ppl": 82.0 + seed, "test_ppl": 79.0 + seed, "epochs": epochs, "time_limited": time_limited,
                "train_seconds": 600, "wps": wps, "config": config, **({"noise": noise} if noise else {}),
-               **({"paper": paper} if paper else {}), **({"eval_seconds": eval_seconds} if eval_seconds else {})}
+               **({"paper": paper} if paper else {}), **({"eval_seconds": eval_seconds} if eval_seconds else {}),
+               **({"start_epoch": start_epoch} if start_epoch else {})}
     (folder / "metrics.json").write_text(json.dumps(metrics))
     (folder / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
 
@@ -434,9 +435,7 @@ def test_a_fine_tuning_runs_curve_goes_on_after_the_epochs_of_the_weights_it_sta
     for name, row, curve, start in (("tuned", "AWD-LSTM (fine-tuned)", [61.0, 60.5], 3),
                                     ("trained", "AWD-LSTM (no fine-tuning)", [90.0, 70.0, 62.0], None)):
         fake_ptb_run(runs / name, 1, [], epochs=len(curve), hidden=1150, dropout={"scheme": "awd"},
-                     init_from="/a/best.pt" if start else None, paper={"row": row, "size": "awd"})
-        metrics = json.loads((runs / name / "metrics.json").read_text())
-        (runs / name / "metrics.json").write_text(json.dumps(metrics | ({"start_epoch": start} if start else {})))
+                     init_from="/a/best.pt" if start else None, paper={"row": row, "size": "awd"}, start_epoch=start)
         (runs / name / "metrics.jsonl").write_text("".join(json.dumps({"valid_ppl": v}) + "\n" for v in curve))
     lines = {}
 
