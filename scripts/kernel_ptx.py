@@ -13,7 +13,7 @@ depths ``vdrnn.kernels.launch.Plan`` picks for a 132-SM H100/H200 at batch 20, p
     python scripts/kernel_ptx.py --out /tmp/ptx/new   # also write the PTX (debug info stripped)
 
 Comparing two --out folders (e.g. before and after a refactor of the kernels) shows whether the GPU code
-changed at all; tests/test_kernel_compile.py runs this script in CI.
+changed at all; tests/kernels/test_compile.py runs this script in CI.
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ def cases(hidden_sizes):
     gru_fwd, gru_bwd = gru_steps.fwd_step, gru_steps.bwd_step
     launch.SM_COUNT[0] = SM_COUNT  # plan as on the GPU, without asking a driver
     launch.SMEM[0] = SHARED_LIMIT
+    launch.CAPABILITY[0] = (9, 0)  # sm_90: the steps are launched as programmatic dependents
 
     def plan_and_shapes(batch, hidden, op, mask, gates):
         product, stored, precision = MODES[op]
@@ -99,7 +100,7 @@ def cases(hidden_sizes):
         units = launch.Units(hidden).padded  # the layers launch the kernels for H rounded up to 16 (dead units)
         lstm = gates == LSTM_GATES  # the LSTM's forward kernel can run one gate per program
         plan = launch.Plan(batch, units, torch.device("cuda", 0), gates, operands, 4 if stored == "fp32" else 2, lstm)
-        shape = dict(H=units, BLOCK_B=plan.block_b, PRECISION=precision,
+        shape = dict(H=units, BLOCK_B=plan.block_b, PRECISION=precision, GDC=plan.gdc,
                      HAS_ZH=mask in ("tied", "untied"), PER_GATE=mask == "untied")
         # The forward multiplies in the stored dtype, the backward in the product's. Untied input masks give
         # gate-major x_proj (gemm.per_gate_linear).

@@ -42,3 +42,5 @@ def test_every_fused_kernel_variant_compiles_for_hopper(tmp_path):
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx["fwd_H1500_tf32_untied"]
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx["bwd_H1500_tf32_untied"]
     assert "mma.sync" not in ptx["fwd_H1500_ieee_tied"]
+    # Each step waits for the step before inside the kernel (programmatic dependent launch), not at its launch.
+    assert all("griddepcontrol.wait" in p and "griddepcontrol.launch_dependents" in p for p in ptx.values())

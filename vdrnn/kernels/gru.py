@@ -84,7 +84,7 @@ def _forward(x_proj, h0, w_op, b_hh, margs, cargs, plan: launch.Plan, save_acts:
             PER_GATE=per_gate, HAS_ZG=has_g, HAS_ZONE=has_zone, XP_GATE_MAJOR=gate_major, SAVE_ACTS=save_acts,
             OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=plan.block_h_f,
             BLOCK_K=plan.block_k_f, K_CHUNK=plan.chunk_f, SPLIT=plan.split_f,
-            num_warps=launch.NUM_WARPS, num_stages=plan.stages_f,
+            num_warps=launch.NUM_WARPS, num_stages=plan.stages_f, GDC=plan.gdc, launch_pdl=plan.gdc,
         )
     return y, hs, (acts if save_acts else None), hz
 
@@ -173,7 +173,8 @@ class _FusedGRU(torch.autograd.Function):
                 PER_GATE=per_gate, HAS_ZG=has_g, HAS_ZONE=has_zone, OP_DTYPE=op, OP_COPY=op_copy,
                 PRECISION=precision,
                 BLOCK_B=plan.block_b, BLOCK_H=plan.block_h_b, BLOCK_K=launch.BLOCK_K,
-                K_CHUNK=plan.chunk_b, KS=plan.ks, num_warps=launch.NUM_WARPS, num_stages=plan.stages_b,
+                K_CHUNK=plan.chunk_b, KS=plan.ks, GDC=plan.gdc, num_warps=launch.NUM_WARPS, num_stages=plan.stages_b,
+                launch_pdl=plan.gdc,
             )
         # Whole-sequence products, one library call each. da = the gradients of the recurrent products.
         # Each step's operand, h_{t-1} masked, for t = 0..T-1, as the forward used it: [NZ, T*B, H].

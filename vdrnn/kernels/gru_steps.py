@@ -16,7 +16,7 @@ def fwd_step(
     XP_GATE_MAJOR: tl.constexpr, SAVE_ACTS: tl.constexpr,
     OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
-    K_CHUNK: tl.constexpr, SPLIT: tl.constexpr,
+    K_CHUNK: tl.constexpr, SPLIT: tl.constexpr, GDC: tl.constexpr,
 ):
     """Step t: reads hz[t], hs[t], x_proj[t]; writes hz[t+1], hs[t+1], y[t], acts[t] = (r, z, n, a_n).
 
@@ -31,6 +31,29 @@ def fwd_step(
     t = t.to(tl.int64)
     offs_b, offs_j, mask_b, mask_j, mask_bj = parts.block(B, H, BLOCK_B, BLOCK_H)
     a_prev = hz_ptr + t * B * H + offs_b[:, None] * H
+    G = 3 * H
+    bh = offs_b[:, None] * H + offs_j[None, :]
+    # The cell's inputs that no step writes, loaded first: their latency overlaps the wait for step t-1, the
+    # product and the split-K hand-off.
+    xp, x_gate = parts.input_rows(xp_ptr, t, B, offs_b, offs_j, stride_xg, H, 3, XP_GATE_MAJOR)
+    x_r = tl.load(xp, mask=mask_bj, other=0.0).to(tl.float32)
+    x_z = tl.load(xp + x_gate, mask=mask_bj, other=0.0).to(tl.float32)
+    x_n = tl.load(xp + 2 * x_gate, mask=mask_bj, other=0.0).to(tl.float32)
+    b_r = tl.load(bias_ptr + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
+    b_z = tl.load(bias_ptr + H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
+    b_n = tl.load(bias_ptr + 2 * H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
+    if HAS_ZH:  # the recurrent masks of units j, for the masked copies of h_t stored below
+        z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
+        z_r = tl.load(z_at, mask=mask_bj, other=0.0)
+        if PER_GATE:
+            z_z = tl.load(z_at + stride_zg, mask=mask_bj, other=0.0)
+            z_n = tl.load(z_at + 2 * stride_zg, mask=mask_bj, other=0.0)
+    if HAS_ZG:
+        m = parts.unit_mask(g_ptr, t, stride_gt, stride_gb, offs_b, offs_j, mask_bj)
+    if HAS_ZONE:
+        d = parts.unit_mask(zone_ptr, t, stride_dt, stride_db, offs_b, offs_j, mask_bj)
+    parts.after_previous_step(GDC)  # from here on, what step t-1 wrote
+    h_prev = tl.load(hs_ptr + t * B * H + bh, mask=mask_bj, other=0.0)
     acc_r = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
     acc_z = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
     acc_n = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
@@ -54,27 +77,6 @@ def fwd_step(
         acc_z = tl.dot(a_z, w_z, acc_z, input_precision=PRECISION)
         acc_n = tl.dot(a_n, w_n, acc_n, input_precision=PRECISION)
 
-    G = 3 * H
-    bh = offs_b[:, None] * H + offs_j[None, :]
-    # The cell's other inputs, loaded before the split-K hand-off so that their latency overlaps it.
-    xp, x_gate = parts.input_rows(xp_ptr, t, B, offs_b, offs_j, stride_xg, H, 3, XP_GATE_MAJOR)
-    x_r = tl.load(xp, mask=mask_bj, other=0.0).to(tl.float32)
-    x_z = tl.load(xp + x_gate, mask=mask_bj, other=0.0).to(tl.float32)
-    x_n = tl.load(xp + 2 * x_gate, mask=mask_bj, other=0.0).to(tl.float32)
-    b_r = tl.load(bias_ptr + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
-    b_z = tl.load(bias_ptr + H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
-    b_n = tl.load(bias_ptr + 2 * H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
-    h_prev = tl.load(hs_ptr + t * B * H + bh, mask=mask_bj, other=0.0)
-    if HAS_ZH:  # the recurrent masks of units j, for the masked copies of h_t stored below
-        z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
-        z_r = tl.load(z_at, mask=mask_bj, other=0.0)
-        if PER_GATE:
-            z_z = tl.load(z_at + stride_zg, mask=mask_bj, other=0.0)
-            z_n = tl.load(z_at + 2 * stride_zg, mask=mask_bj, other=0.0)
-    if HAS_ZG:
-        m = parts.unit_mask(g_ptr, t, stride_gt, stride_gb, offs_b, offs_j, mask_bj)
-    if HAS_ZONE:
-        d = parts.unit_mask(zone_ptr, t, stride_dt, stride_db, offs_b, offs_j, mask_bj)
     if SPLIT > 1:
         # Split-K as in the LSTM's kernels: the last of the SPLIT programs of this block to arrive adds the
         # partial sums in a fixed order (deterministic) and runs the cell; nobody waits.
@@ -132,7 +134,7 @@ def bwd_step(
     HAS_ZG: tl.constexpr, HAS_ZONE: tl.constexpr,
     OP_DTYPE: tl.constexpr, OP_COPY: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
-    K_CHUNK: tl.constexpr, KS: tl.constexpr,
+    K_CHUNK: tl.constexpr, KS: tl.constexpr, GDC: tl.constexpr,
 ):
     """Step t in reverse: reads dg[t+1] (if HAS_NEXT), dy[t], acts[t], hs[t], the masks m_t and d_t (as the
     forward, if HAS_ZG / HAS_ZONE) and carry (the part of dh_t that bypasses step t+1's product, or dh_T at the last
@@ -149,7 +151,8 @@ def bwd_step(
     bh = offs_b[:, None] * H + offs_j[None, :]
     D = 4 * H  # row length of dg and acts
     DO = 3 * H if OP_COPY else D  # row length of dgo
-    # Saved values and incoming gradients first, so that their latency overlaps the product.
+    # Saved values, dy_t and the masks, which no step writes, first, so that their latency overlaps the wait for
+    # step t+1 and the product.
     act = act_ptr + t * B * D + offs_b[:, None] * D + offs_j[None, :]
     r = tl.load(act, mask=mask_bj, other=0.0)
     z = tl.load(act + H, mask=mask_bj, other=0.0)
@@ -157,11 +160,12 @@ def bwd_step(
     hn = tl.load(act + 3 * H, mask=mask_bj, other=0.0)
     h_prev = tl.load(hs_ptr + t * B * H + bh, mask=mask_bj, other=0.0)
     dh = tl.load(dy_ptr + t * B * H + bh, mask=mask_bj, other=0.0).to(tl.float32)
-    dh += tl.load(carry_ptr + bh, mask=mask_bj, other=0.0)
     if HAS_ZG:
         m = parts.unit_mask(g_ptr, t, stride_gt, stride_gb, offs_b, offs_j, mask_bj)
     if HAS_ZONE:
         d = parts.unit_mask(zone_ptr, t, stride_dt, stride_db, offs_b, offs_j, mask_bj)
+    parts.after_previous_step(GDC)  # from here on, what step t+1 wrote
+    dh += tl.load(carry_ptr + bh, mask=mask_bj, other=0.0)
     if HAS_NEXT:
         # dh_t += sum_g z_h^g * (da_{t+1}^g @ W_g): h_t fed every gate's product of step t+1.
         gate = pid_s // KS

@@ -9,6 +9,7 @@ import torch
 
 SM_COUNT: dict[int, int] = {}
 SMEM: dict[int, int] = {}
+CAPABILITY: dict[int, tuple[int, int]] = {}
 
 # Block shapes, overridable through the environment for tuning without editing the code.
 # BLOCK_H: hidden units per program (the smallest tile a tensor-core product takes is 16);
@@ -27,6 +28,9 @@ NUM_STAGES = int(os.environ.get("VDRNN_FUSED_STAGES", "3"))
 PROGRAMS_PER_SM = float(os.environ.get("VDRNN_FUSED_PROGRAMS_PER_SM", "3"))
 # The kernels run H units as H rounded up to a multiple of this (see Units); 1 runs them as they are.
 UNIT_MULTIPLE = int(os.environ.get("VDRNN_FUSED_UNIT_MULTIPLE", "16"))
+# Programmatic dependent launch of the step kernels on GPUs that have it (compute capability 9.0, Hopper, and later):
+# 0 launches each step only once the step before has finished, as on older GPUs (see Plan.gdc).
+DEPENDENT_LAUNCH = os.environ.get("VDRNN_FUSED_DEPENDENT_LAUNCH", "1") != "0"
 MIN_BLOCK_K_F = 32  # the narrowest K slice the forward narrows to for occupancy (see Plan)
 FORCE_SPLIT: tuple[int, int] | None = None  # (forward splits, backward splits per gate); for tests
 
@@ -39,6 +43,16 @@ def sm_count(device: torch.device) -> int:
     if index not in SM_COUNT:
         SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
     return SM_COUNT[index]
+
+
+def dependent_launch(device: torch.device) -> bool:
+    """Can step t+1's kernel be launched while step t's runs (programmatic dependent launch, Hopper and later)?"""
+    if device.type != "cuda" or not DEPENDENT_LAUNCH:
+        return False  # the interpreter runs one launch after the other anyway
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in CAPABILITY:
+        CAPABILITY[index] = torch.cuda.get_device_capability(index)
+    return CAPABILITY[index][0] >= 9
 
 
 def smem_limit(device: torch.device) -> int:
@@ -66,11 +80,17 @@ class Plan:
     stored operands' dtype, ``stored_dtype``) say how much shared memory a stage of the forward loop takes;
     ``one_gate_kernel``, that the forward kernel can run one gate per program (the LSTM's), which the plan then
     decides.
+
+    ``gdc``: the step kernels are launched as programmatic dependents (:func:`dependent_launch`): each step's
+    programs are scheduled while the step before still runs, do the loads that no step writes (x_proj, the biases,
+    the masks), and wait there for the step before to finish (``triton_parts.after_previous_step``): the gap between
+    two dependent launches, and those loads, are hidden behind the step before.
     """
 
     def __init__(self, batch: int, hidden: int, device: torch.device, gates: int = 4, operands: int = 1,
                  op_bytes: int = 4, one_gate_kernel: bool = False):
         self.hidden = hidden
+        self.gdc = dependent_launch(device)
         self.block_b = min(64, max(16, 1 << (batch - 1).bit_length()))
         self.n_b = cdiv(batch, self.block_b)
         target = PROGRAMS_PER_SM * sm_count(device)

@@ -53,7 +53,7 @@ def fwd_step(
     HAS_G: tl.constexpr, HAS_ZONE_C: tl.constexpr, HAS_ZONE_H: tl.constexpr,
     SAVE_ACTS: tl.constexpr, OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
-    K_CHUNK: tl.constexpr, SPLIT: tl.constexpr, ONE_GATE: tl.constexpr,
+    K_CHUNK: tl.constexpr, SPLIT: tl.constexpr, ONE_GATE: tl.constexpr, GDC: tl.constexpr,
 ):
     """Step t: reads hz[t], cs[t], x_proj[t]; writes hz[t+1], h_last, cs[t+1], y[t], acts[t].
 
@@ -73,6 +73,37 @@ def fwd_step(
     offs_b, offs_j, mask_b, mask_j, mask_bj = parts.block(B, H, BLOCK_B, BLOCK_H)
     a_prev = hz_ptr + t * B * H + offs_b[:, None] * H
     G = 4 * H
+    bh = offs_b[:, None] * H + offs_j[None, :]
+    # The cell's inputs that no step writes, loaded first: their latency overlaps the wait for step t-1 and the
+    # product (every program loads them; only the last one of a block uses them).
+    xp, x_gate = parts.input_rows(xp_ptr, t, B, offs_b, offs_j, stride_xg, H, 4, XP_GATE_MAJOR)
+    x_i = tl.load(xp, mask=mask_bj, other=0.0).to(tl.float32)
+    x_f = tl.load(xp + x_gate, mask=mask_bj, other=0.0).to(tl.float32)
+    x_g = tl.load(xp + 2 * x_gate, mask=mask_bj, other=0.0).to(tl.float32)
+    x_o = tl.load(xp + 3 * x_gate, mask=mask_bj, other=0.0).to(tl.float32)
+    x_i += tl.load(bias_ptr + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
+    x_f += tl.load(bias_ptr + H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
+    x_g += tl.load(bias_ptr + 2 * H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
+    x_o += tl.load(bias_ptr + 3 * H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
+    if HAS_ZC:
+        keep = tl.load(zc_ptr + bh, mask=mask_bj, other=0.0)
+    if HAS_G:
+        m_g = parts.unit_mask(zg_ptr, t, stride_gt, stride_gb, offs_b, offs_j, mask_bj)
+    if HAS_ZONE_C:
+        d_c = parts.unit_mask(zone_c_ptr, t, stride_zct, stride_zcb, offs_b, offs_j, mask_bj)
+    if HAS_ZONE_H:
+        d_h = parts.unit_mask(zone_h_ptr, t, stride_zht, stride_zhb, offs_b, offs_j, mask_bj)
+    if HAS_ZH:  # the recurrent masks of units j, for the masked copies of h_t stored below
+        z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
+        z_i = tl.load(z_at, mask=mask_bj, other=0.0)
+        if PER_GATE:
+            z_f = tl.load(z_at + stride_zg, mask=mask_bj, other=0.0)
+            z_g = tl.load(z_at + 2 * stride_zg, mask=mask_bj, other=0.0)
+            z_o = tl.load(z_at + 3 * stride_zg, mask=mask_bj, other=0.0)
+    parts.after_previous_step(GDC)  # from here on, what step t-1 wrote
+    c_prev = tl.load(cs_ptr + t * B * H + bh, mask=mask_bj, other=0.0)
+    if HAS_ZONE_H:
+        h_prev = tl.load(h_last_ptr + bh, mask=mask_bj, other=0.0)
     if ONE_GATE:
         # One gate per program: a stage of the loop holds one operand tile and one W tile, whether the gates
         # share the operand (tied masks) or not, and the loop is four times longer than a four-gate program's
@@ -117,35 +148,6 @@ def fwd_step(
             acc_g = tl.dot(a_g, w_g, acc_g, input_precision=PRECISION)
             acc_o = tl.dot(a_o, w_o, acc_o, input_precision=PRECISION)
 
-    bh = offs_b[:, None] * H + offs_j[None, :]
-    # The cell's other inputs, loaded before the split-K hand-off below so that their latency
-    # overlaps it (every program loads them; only the last one uses them).
-    xp, x_gate = parts.input_rows(xp_ptr, t, B, offs_b, offs_j, stride_xg, H, 4, XP_GATE_MAJOR)
-    x_i = tl.load(xp, mask=mask_bj, other=0.0).to(tl.float32)
-    x_f = tl.load(xp + x_gate, mask=mask_bj, other=0.0).to(tl.float32)
-    x_g = tl.load(xp + 2 * x_gate, mask=mask_bj, other=0.0).to(tl.float32)
-    x_o = tl.load(xp + 3 * x_gate, mask=mask_bj, other=0.0).to(tl.float32)
-    x_i += tl.load(bias_ptr + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
-    x_f += tl.load(bias_ptr + H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
-    x_g += tl.load(bias_ptr + 2 * H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
-    x_o += tl.load(bias_ptr + 3 * H + offs_j, mask=mask_j, other=0.0).to(tl.float32)[None, :]
-    c_prev = tl.load(cs_ptr + t * B * H + bh, mask=mask_bj, other=0.0)
-    if HAS_ZC:
-        keep = tl.load(zc_ptr + bh, mask=mask_bj, other=0.0)
-    if HAS_G:
-        m_g = parts.unit_mask(zg_ptr, t, stride_gt, stride_gb, offs_b, offs_j, mask_bj)
-    if HAS_ZONE_C:
-        d_c = parts.unit_mask(zone_c_ptr, t, stride_zct, stride_zcb, offs_b, offs_j, mask_bj)
-    if HAS_ZONE_H:
-        d_h = parts.unit_mask(zone_h_ptr, t, stride_zht, stride_zhb, offs_b, offs_j, mask_bj)
-        h_prev = tl.load(h_last_ptr + bh, mask=mask_bj, other=0.0)
-    if HAS_ZH:  # the recurrent masks of units j, for the masked copies of h_t stored below
-        z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
-        z_i = tl.load(z_at, mask=mask_bj, other=0.0)
-        if PER_GATE:
-            z_f = tl.load(z_at + stride_zg, mask=mask_bj, other=0.0)
-            z_g = tl.load(z_at + 2 * stride_zg, mask=mask_bj, other=0.0)
-            z_o = tl.load(z_at + 3 * stride_zg, mask=mask_bj, other=0.0)
     if SPLIT > 1 or ONE_GATE:
         # Split-K: publish the partial sums; the last of the programs of this (j, b) block to arrive adds them
         # up in a fixed order and runs the cell (see kernel_parts.arrive).
@@ -219,7 +221,7 @@ def bwd_step(
     HAS_ZC: tl.constexpr, HAS_G: tl.constexpr, HAS_ZONE_C: tl.constexpr, HAS_ZONE_H: tl.constexpr,
     OP_DTYPE: tl.constexpr, OP_COPY: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
-    K_CHUNK: tl.constexpr, KS: tl.constexpr,
+    K_CHUNK: tl.constexpr, KS: tl.constexpr, GDC: tl.constexpr,
 ):
     """Step t in reverse: reads dgates[t+1] (if HAS_NEXT, else dh_T), dy[t], acts[t], cs[t], cs[t+1]
     and dc (= dL/dc_t); writes dgates[t] and dc (= dL/dc_{t-1}, in place: one program owns each j).
@@ -240,8 +242,8 @@ def bwd_step(
     offs_b, offs_j, mask_b, mask_j, mask_bj = parts.block(B, H, BLOCK_B, BLOCK_H)
     bh = offs_b[:, None] * H + offs_j[None, :]
     G = 4 * H
-    # The cell's saved values and incoming gradients, loaded first so that their latency overlaps
-    # the product and the split-K hand-off (only the last program of a block uses them).
+    # The cell's saved values, dy_t and the masks, which no step writes, loaded first so that their latency
+    # overlaps the wait for step t+1, the product and the split-K hand-off (only a block's last program uses them).
     act = act_ptr + t * B * G + offs_b[:, None] * G + offs_j[None, :]
     i = tl.load(act, mask=mask_bj, other=0.0)
     f = tl.load(act + H, mask=mask_bj, other=0.0)
@@ -249,7 +251,6 @@ def bwd_step(
     o = tl.load(act + 3 * H, mask=mask_bj, other=0.0)
     c_prev = tl.load(cs_ptr + t * B * H + bh, mask=mask_bj, other=0.0)
     c = tl.load(cs_ptr + (t + 1) * B * H + bh, mask=mask_bj, other=0.0)
-    dc_in = tl.load(dc_ptr + bh, mask=mask_bj, other=0.0)
     dh = tl.load(dy_ptr + t * B * H + bh, mask=mask_bj, other=0.0).to(tl.float32)
     if HAS_ZC:
         keep = tl.load(zc_ptr + bh, mask=mask_bj, other=0.0)
@@ -259,6 +260,9 @@ def bwd_step(
         d_c = parts.unit_mask(zone_c_ptr, t, stride_zct, stride_zcb, offs_b, offs_j, mask_bj)
     if HAS_ZONE_H:
         d_h = parts.unit_mask(zone_h_ptr, t, stride_zht, stride_zhb, offs_b, offs_j, mask_bj)
+    parts.after_previous_step(GDC)  # from here on, what step t+1 wrote
+    dc_in = tl.load(dc_ptr + bh, mask=mask_bj, other=0.0)
+    if HAS_ZONE_H:
         dh += tl.load(carry_ptr + bh, mask=mask_bj, other=0.0)
     if HAS_NEXT:
         # dh_t += sum_g z_h^g * (dgates_{t+1}^g @ W_g): step t's output fed every gate of step t+1.

@@ -20,6 +20,21 @@ def block(B, H, BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr):
 
 
 @triton.jit
+def after_previous_step(GDC: tl.constexpr):
+    """With GDC (programmatic dependent launch, ``launch.Plan.gdc``): wait until the launch before this one in the
+    stream, step t-1, has finished and its stores are visible, then let the next step's programs be scheduled.
+
+    A step kernel reads above this call only what no step writes (W_hh, x_proj, biases, masks, the forward's saved
+    values) and from it on what step t-1 wrote (h_{t-1}, c_{t-1}, the carried gradients), and writes nothing before
+    it: the split-K workspace and counters are reused by every step. Without GDC each launch starts only after the
+    one before has finished, and this is nothing.
+    """
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
 def input_rows(xp_ptr, t, B, offs_b, offs_j, stride_xg, H: tl.constexpr, GATES: tl.constexpr,
                GATE_MAJOR: tl.constexpr):
     """Pointers to step t's input half x_proj[t, b, 0, j] for this block, and the offset from one gate to the next.
