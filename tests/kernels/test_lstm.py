@@ -324,6 +324,21 @@ def test_the_backward_takes_the_widest_block_of_units_that_splits_k_at_most_twic
             assert plan.w_cols >= plan.n_j_b * plan.block_h_b
 
 
+def test_the_steps_are_dependent_launches_on_hopper_and_later_only(monkeypatch):
+    """Programmatic dependent launch needs compute capability 9.0 or later: the plans ask for it there (unless
+    VDRNN_FUSED_DEPENDENT_LAUNCH=0 turned it off), never on older GPUs or in the interpreter."""
+    monkeypatch.setattr(launch, "smem_limit", lambda device: 232448)
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    cuda = torch.device("cuda", 0)
+    for capability, expected in (((9, 0), True), ((10, 0), True), ((8, 0), False)):
+        monkeypatch.setitem(launch.CAPABILITY, 0, capability)
+        assert launch.Plan(20, 656, cuda).gdc is expected, capability
+    monkeypatch.setattr(launch, "DEPENDENT_LAUNCH", False)
+    assert not launch.Plan(20, 656, cuda).gdc
+    monkeypatch.setattr(launch, "DEPENDENT_LAUNCH", True)
+    assert not launch.Plan(20, 656, torch.device("cpu")).gdc
+
+
 def test_the_forward_narrows_its_k_slice_where_its_pipeline_would_crowd_out_programs(monkeypatch):
     """The GRU's untied fp32 masks at 1500 units: 64-wide slices take 36 KB a stage (three operand tiles, three W tiles),
     and three stages would leave two programs per SM; 32-wide ones leave three (PROGRAMS_PER_SM), the rest of the
