@@ -160,7 +160,10 @@ def block_of_units(blocks: tuple[int, ...], hidden: int, programs_per_block: int
     programs, where each block of units takes ``programs_per_block`` programs per K chunk (the last of ``blocks`` if
     none does), and how many ways that is."""
     for block in blocks:
-        splits = max(1, round(target / (programs_per_block * cdiv(hidden, block))))
+        # Rounded down: at most ``target`` programs. To the nearest, AWD's 1152 units got 16-unit blocks with K
+        # whole, 288 programs each reading all of h_{t-1} for 16 units; 32-unit blocks with K split two ways read it
+        # half as often and run its steps faster (docs/speed.md). 656 and 1504 units get the same plans either way.
+        splits = max(1, int(target / (programs_per_block * cdiv(hidden, block))))
         if splits <= MAX_ONE_GATE_SPLIT:
             break
     return block, splits
