@@ -315,7 +315,7 @@ def test_the_backward_takes_the_widest_block_of_units_that_splits_k_at_most_twic
     columns for every block's units."""
     monkeypatch.setattr(launch, "smem_limit", lambda device: 232448)
     monkeypatch.setattr(launch, "sm_count", lambda device: 132)
-    expected = {(20, 656): (16, 41, 2), (20, 1504): (32, 47, 2), (32, 1504): (32, 47, 2),
+    expected = {(20, 656): (16, 41, 2), (20, 1504): (32, 47, 2), (32, 1504): (32, 47, 2), (20, 1152): (32, 36, 2),
                 (33, 1504): (16, 94, 1), (128, 1504): (16, 94, 1), (128, 128): (16, 8, 2)}
     for (batch, units), (block, n_j, ks) in expected.items():
         for gates, one_gate_kernel in ((4, True), (3, False)):
