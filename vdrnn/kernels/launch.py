@@ -36,10 +36,15 @@ FORCE_SPLIT: tuple[int, int] | None = None  # (forward splits, backward splits p
 
 
 
+def cuda_index(device: torch.device) -> int:
+    """The CUDA device's index, the current device's for a bare ``cuda``: the key of the per-device caches here."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 4  # the interpreter: any number does
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = cuda_index(device)
     if index not in SM_COUNT:
         SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
     return SM_COUNT[index]
@@ -49,7 +54,7 @@ def dependent_launch(device: torch.device) -> bool:
     """Can step t+1's kernel be launched while step t's runs (programmatic dependent launch, Hopper and later)?"""
     if device.type != "cuda" or not DEPENDENT_LAUNCH:
         return False  # the interpreter runs one launch after the other anyway
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = cuda_index(device)
     if index not in CAPABILITY:
         CAPABILITY[index] = torch.cuda.get_device_capability(index)
     return CAPABILITY[index][0] >= 9
@@ -59,7 +64,7 @@ def smem_limit(device: torch.device) -> int:
     """Bytes of shared memory one program may use: 227 KB on an H100 or H200 (the limit Triton checks)."""
     if device.type != "cuda":
         return 1 << 30  # the interpreter: no limit
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = cuda_index(device)
     if index not in SMEM:
         from triton.runtime import driver
 
