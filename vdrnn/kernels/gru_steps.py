@@ -134,7 +134,7 @@ def bwd_step(
     HAS_ZG: tl.constexpr, HAS_ZONE: tl.constexpr,
     OP_DTYPE: tl.constexpr, OP_COPY: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
-    K_CHUNK: tl.constexpr, KS: tl.constexpr, GDC: tl.constexpr,
+    K_CHUNK: tl.constexpr, KS: tl.constexpr, GDC: tl.constexpr, PREFETCH_W: tl.constexpr,
 ):
     """Step t in reverse: reads dg[t+1] (if HAS_NEXT), dy[t], acts[t], hs[t], the masks m_t and d_t (as the
     forward, if HAS_ZG / HAS_ZONE) and carry (the part of dh_t that bypasses step t+1's product, or dh_T at the last
@@ -164,18 +164,22 @@ def bwd_step(
         m = parts.unit_mask(g_ptr, t, stride_gt, stride_gb, offs_b, offs_j, mask_bj)
     if HAS_ZONE:
         d = parts.unit_mask(zone_ptr, t, stride_dt, stride_db, offs_b, offs_j, mask_bj)
+    w_first = w_ptr  # unused without PREFETCH_W
+    if HAS_NEXT:
+        gate = pid_s // KS
+        k_base = (pid_s % KS) * K_CHUNK
+        if PREFETCH_W:  # W_hh is written by no step: its first tile too loads during the wait
+            w_first = parts.grad_w_tile(w_ptr, gate, k_base + tl.arange(0, BLOCK_K), offs_j, stride_w, H)
     parts.after_previous_step(GDC)  # from here on, what step t+1 wrote
     dh += tl.load(carry_ptr + bh, mask=mask_bj, other=0.0)
     if HAS_NEXT:
         # dh_t += sum_g z_h^g * (da_{t+1}^g @ W_g): h_t fed every gate's product of step t+1.
-        gate = pid_s // KS
-        k_base = (pid_s % KS) * K_CHUNK
         dg_next = dgo_ptr + (t + 1) * B * DO + offs_b[:, None] * DO + gate * H
         z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
         if HAS_ZH:
             zh = tl.load(z_at + gate * stride_zg, mask=mask_bj, other=0.0)
-        part = parts.recurrent_grad_product(dg_next, w_ptr, gate, k_base, offs_j, mask_b, stride_w, H,
-                                            OP_DTYPE, PRECISION, BLOCK_B, BLOCK_H, BLOCK_K, K_CHUNK)
+        part = parts.recurrent_grad_product(dg_next, w_ptr, w_first, gate, k_base, offs_j, mask_b, stride_w, H,
+                                            OP_DTYPE, PRECISION, BLOCK_B, BLOCK_H, BLOCK_K, K_CHUNK, PREFETCH_W)
         if HAS_ZH:
             part = part * zh
         slot = ws_ptr + bh

@@ -54,6 +54,7 @@ def fwd_step(
     SAVE_ACTS: tl.constexpr, OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
     K_CHUNK: tl.constexpr, SPLIT: tl.constexpr, ONE_GATE: tl.constexpr, GDC: tl.constexpr,
+    PREFETCH_W: tl.constexpr,
 ):
     """Step t: reads hz[t], cs[t], x_proj[t]; writes hz[t+1], h_last, cs[t+1], y[t], acts[t].
 
@@ -100,6 +101,13 @@ def fwd_step(
             z_f = tl.load(z_at + stride_zg, mask=mask_bj, other=0.0)
             z_g = tl.load(z_at + 2 * stride_zg, mask=mask_bj, other=0.0)
             z_o = tl.load(z_at + 3 * stride_zg, mask=mask_bj, other=0.0)
+    if ONE_GATE:
+        gate = pid_s // SPLIT
+        k_first = (pid_s % SPLIT) * K_CHUNK
+        a_at = a_prev + gate * stride_hzg
+        w_rows = w_ptr + (gate * H + offs_j[None, :]) * stride_w
+        if PREFETCH_W:  # W_hh is written by no step: its first tile too loads during the wait
+            w_first = tl.load(w_rows + (k_first + tl.arange(0, BLOCK_K))[:, None], mask=mask_j[None, :], other=0.0)
     parts.after_previous_step(GDC)  # from here on, what step t-1 wrote
     c_prev = tl.load(cs_ptr + t * B * H + bh, mask=mask_bj, other=0.0)
     if HAS_ZONE_H:
@@ -108,12 +116,13 @@ def fwd_step(
         # One gate per program: a stage of the loop holds one operand tile and one W tile, whether the gates
         # share the operand (tied masks) or not, and the loop is four times longer than a four-gate program's
         # over the same units; the faster at training batches (docs/speed.md).
-        gate = pid_s // SPLIT
-        a_at = a_prev + gate * stride_hzg
-        w_rows = w_ptr + (gate * H + offs_j[None, :]) * stride_w
         acc = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
-        for kk in range(0, K_CHUNK, BLOCK_K):
-            offs_k = (pid_s % SPLIT) * K_CHUNK + kk + tl.arange(0, BLOCK_K)
+        if PREFETCH_W:
+            offs_k = k_first + tl.arange(0, BLOCK_K)
+            a = tl.load(a_at + offs_k[None, :], mask=mask_b[:, None] & (offs_k < H)[None, :], other=0.0)
+            acc = tl.dot(a, w_first, acc, input_precision=PRECISION)
+        for kk in range(BLOCK_K * PREFETCH_W, K_CHUNK, BLOCK_K):
+            offs_k = k_first + kk + tl.arange(0, BLOCK_K)
             # The W^T tile [BLOCK_K, BLOCK_H] of this gate's rows for units j. The packed rows are zero-padded
             # to SPLIT * K_CHUNK columns, so k needs no mask here (full-width loads).
             w = tl.load(w_rows + offs_k[:, None], mask=mask_j[None, :], other=0.0)
@@ -221,7 +230,7 @@ def bwd_step(
     HAS_ZC: tl.constexpr, HAS_G: tl.constexpr, HAS_ZONE_C: tl.constexpr, HAS_ZONE_H: tl.constexpr,
     OP_DTYPE: tl.constexpr, OP_COPY: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
-    K_CHUNK: tl.constexpr, KS: tl.constexpr, GDC: tl.constexpr,
+    K_CHUNK: tl.constexpr, KS: tl.constexpr, GDC: tl.constexpr, PREFETCH_W: tl.constexpr,
 ):
     """Step t in reverse: reads dgates[t+1] (if HAS_NEXT, else dh_T), dy[t], acts[t], cs[t], cs[t+1]
     and dc (= dL/dc_t); writes dgates[t] and dc (= dL/dc_{t-1}, in place: one program owns each j).
@@ -260,20 +269,24 @@ def bwd_step(
         d_c = parts.unit_mask(zone_c_ptr, t, stride_zct, stride_zcb, offs_b, offs_j, mask_bj)
     if HAS_ZONE_H:
         d_h = parts.unit_mask(zone_h_ptr, t, stride_zht, stride_zhb, offs_b, offs_j, mask_bj)
+    w_first = w_ptr  # unused without PREFETCH_W
+    if HAS_NEXT:
+        gate = pid_s // KS
+        k_base = (pid_s % KS) * K_CHUNK
+        if PREFETCH_W:  # W_hh is written by no step: its first tile too loads during the wait
+            w_first = parts.grad_w_tile(w_ptr, gate, k_base + tl.arange(0, BLOCK_K), offs_j, stride_w, H)
     parts.after_previous_step(GDC)  # from here on, what step t+1 wrote
     dc_in = tl.load(dc_ptr + bh, mask=mask_bj, other=0.0)
     if HAS_ZONE_H:
         dh += tl.load(carry_ptr + bh, mask=mask_bj, other=0.0)
     if HAS_NEXT:
         # dh_t += sum_g z_h^g * (dgates_{t+1}^g @ W_g): step t's output fed every gate of step t+1.
-        gate = pid_s // KS
-        k_base = (pid_s % KS) * K_CHUNK
         dg_next = dgo_ptr + (t + 1) * B * G + offs_b[:, None] * G + gate * H
         z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
         if HAS_ZH:
             z = tl.load(z_at + gate * stride_zg, mask=mask_bj, other=0.0)
-        part = parts.recurrent_grad_product(dg_next, w_ptr, gate, k_base, offs_j, mask_b, stride_w, H,
-                                            OP_DTYPE, PRECISION, BLOCK_B, BLOCK_H, BLOCK_K, K_CHUNK)
+        part = parts.recurrent_grad_product(dg_next, w_ptr, w_first, gate, k_base, offs_j, mask_b, stride_w, H,
+                                            OP_DTYPE, PRECISION, BLOCK_B, BLOCK_H, BLOCK_K, K_CHUNK, PREFETCH_W)
         if HAS_ZH:  # z_h^g times gate g's product (tied: the same mask for every gate)
             part = part * z
         # Split-K as in the forward kernel: the last program to arrive sums in a fixed order.

@@ -49,25 +49,42 @@ def input_rows(xp_ptr, t, B, offs_b, offs_j, stride_xg, H: tl.constexpr, GATES: 
 
 
 @triton.jit
-def recurrent_grad_product(dg_rows, w_ptr, gate, k_base, offs_j, mask_b, stride_w, H,
+def grad_w_tile(w_ptr, gate, offs_k, offs_j, stride_w, H):
+    """W_hh[gate*H + k, j] for this program's units j and the k of ``offs_k``: [BLOCK_K, BLOCK_H].
+
+    Columns j < stride_w always exist (rows are zero-padded past H), so only the row (k) needs a mask, which also
+    keeps gate g's k from reading gate g+1's rows: the loads stay full-width along j.
+    """
+    return tl.load(w_ptr + (gate * H + offs_k[:, None]) * stride_w + offs_j[None, :], mask=(offs_k < H)[:, None],
+                   other=0.0)
+
+
+@triton.jit
+def recurrent_grad_product(dg_rows, w_ptr, w_first, gate, k_base, offs_j, mask_b, stride_w, H,
                            OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr, BLOCK_B: tl.constexpr,
-                           BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, K_CHUNK: tl.constexpr):
+                           BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, K_CHUNK: tl.constexpr,
+                           PREFETCHED: tl.constexpr):
     """sum_k dgates_{t+1}[b, gate*H + k] * W_hh[gate*H + k, j] over this program's k chunk: [BLOCK_B, BLOCK_H].
 
-    dg_rows: [BLOCK_B, 1] pointers to gate ``gate``'s first column of step t+1's gate gradients, one per row b.
+    dg_rows: [BLOCK_B, 1] pointers to gate ``gate``'s first column of step t+1's gate gradients, one per row b;
+    with PREFETCHED, ``w_first`` is the chunk's first W tile (``grad_w_tile``), loaded before the wait.
     """
     part = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
-    for kk in range(0, K_CHUNK, BLOCK_K):
+    if PREFETCHED:
+        part = _grad_slice(part, dg_rows, w_first, k_base + tl.arange(0, BLOCK_K), mask_b, H, OP_DTYPE, PRECISION)
+    for kk in range(BLOCK_K * PREFETCHED, K_CHUNK, BLOCK_K):
         offs_k = k_base + kk + tl.arange(0, BLOCK_K)
-        mask_k = offs_k < H  # also keeps gate g's k from reading gate g+1's rows
-        a = tl.load(dg_rows + offs_k[None, :], mask=mask_b[:, None] & mask_k[None, :], other=0.0)
-        # Columns j < stride_w always exist (rows are zero-padded past H), so only the
-        # row (k) needs a mask: the loads stay full-width along j.
-        w = tl.load(w_ptr + (gate * H + offs_k[:, None]) * stride_w + offs_j[None, :],
-                    mask=mask_k[:, None], other=0.0)
-        # W may be stored narrower than the product (fp16 for TF32 products: common.stored_dtype).
-        part = tl.dot(a.to(OP_DTYPE), w.to(OP_DTYPE), part, input_precision=PRECISION)
+        w = grad_w_tile(w_ptr, gate, offs_k, offs_j, stride_w, H)
+        part = _grad_slice(part, dg_rows, w, offs_k, mask_b, H, OP_DTYPE, PRECISION)
     return part
+
+
+@triton.jit
+def _grad_slice(part, dg_rows, w, offs_k, mask_b, H, OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr):
+    """part + dgates_{t+1}[:, gate, offs_k] @ w, the product of one k slice."""
+    a = tl.load(dg_rows + offs_k[None, :], mask=mask_b[:, None] & (offs_k < H)[None, :], other=0.0)
+    # W may be stored narrower than the product (fp16 for TF32 products: common.stored_dtype).
+    return tl.dot(a.to(OP_DTYPE), w.to(OP_DTYPE), part, input_precision=PRECISION)
 
 
 @triton.jit
