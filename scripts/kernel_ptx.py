@@ -107,10 +107,10 @@ def cases(hidden_sizes):
         fwd = dict(shape, OP_DTYPE=TL[stored], SAVE_ACTS=True, BLOCK_H=plan.block_h_f, BLOCK_K=plan.block_k_f,
                    K_CHUNK=plan.chunk_f, SPLIT=plan.split_f, XP_GATE_MAJOR=mask == "untied")
         if lstm:
-            fwd.update(ONE_GATE=plan.one_gate, PREFETCH_W=launch.PREFETCH_W)
+            fwd.update(ONE_GATE=plan.one_gate, PREFETCH_W=min(launch.PREFETCH_F, plan.chunk_f // plan.block_k_f))
         bwd = dict(shape, OP_DTYPE=TL[product], HAS_NEXT=True, BLOCK_H=plan.block_h_b, BLOCK_K=launch.BLOCK_K,
                    K_CHUNK=plan.chunk_b, KS=plan.ks, OP_COPY=product != "fp32", GDC=plan.gdc_b,
-                   PREFETCH_W=launch.PREFETCH_W)
+                   PREFETCH_W=min(launch.PREFETCH_B, plan.chunk_b // launch.BLOCK_K))
         return plan, fwd, bwd
 
     for hidden, op, mask in itertools.product(hidden_sizes, ("tf32", "bf16"), ("none", "tied", "untied", "moon")):

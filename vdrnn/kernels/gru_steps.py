@@ -165,11 +165,14 @@ def bwd_step(
     if HAS_ZONE:
         d = parts.unit_mask(zone_ptr, t, stride_dt, stride_db, offs_b, offs_j, mask_bj)
     w_first = w_ptr  # unused without PREFETCH_W
+    w_second = w_ptr
     if HAS_NEXT:
         gate = pid_s // KS
         k_base = (pid_s % KS) * K_CHUNK
-        if PREFETCH_W:  # W_hh is written by no step: its first tile too loads during the wait
+        if PREFETCH_W >= 1:  # W_hh is written by no step: its first tile too loads during the wait
             w_first = parts.grad_w_tile(w_ptr, gate, k_base + tl.arange(0, BLOCK_K), offs_j, stride_w, H)
+        if PREFETCH_W >= 2:
+            w_second = parts.grad_w_tile(w_ptr, gate, k_base + BLOCK_K + tl.arange(0, BLOCK_K), offs_j, stride_w, H)
     parts.after_previous_step(GDC)  # from here on, what step t+1 wrote
     dh += tl.load(carry_ptr + bh, mask=mask_bj, other=0.0)
     if HAS_NEXT:
@@ -178,7 +181,7 @@ def bwd_step(
         z_at = zh_ptr + offs_b[:, None] * stride_zb + offs_j[None, :]
         if HAS_ZH:
             zh = tl.load(z_at + gate * stride_zg, mask=mask_bj, other=0.0)
-        part = parts.recurrent_grad_product(dg_next, w_ptr, w_first, gate, k_base, offs_j, mask_b, stride_w, H,
+        part = parts.recurrent_grad_product(dg_next, w_ptr, w_first, w_second, gate, k_base, offs_j, mask_b, stride_w, H,
                                             OP_DTYPE, PRECISION, BLOCK_B, BLOCK_H, BLOCK_K, K_CHUNK, PREFETCH_W)
         if HAS_ZH:
             part = part * zh

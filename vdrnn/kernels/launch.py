@@ -33,8 +33,9 @@ UNIT_MULTIPLE = int(os.environ.get("VDRNN_FUSED_UNIT_MULTIPLE", "16"))
 # forward's steps as dependents.
 DEPENDENT_LAUNCH = os.environ.get("VDRNN_FUSED_DEPENDENT_LAUNCH", "1") != "0"
 DEPENDENT_BACKWARD = os.environ.get("VDRNN_FUSED_DEPENDENT_LAUNCH", "1") != "forward"
-# 1: each program loads the first tile of its W_hh slice before waiting for the step before (W_hh is written by none).
-PREFETCH_W = int(os.environ.get("VDRNN_FUSED_PREFETCH_W", "0"))
+# Tiles of its W_hh slice each program loads before waiting for the step before (W_hh is written by none): "F,B" for the
+# forward (0 or 1) and the backward (0 to 2).
+PREFETCH_F, PREFETCH_B = (int(n) for n in os.environ.get("VDRNN_FUSED_PREFETCH_W", "0,0").split(","))
 MIN_BLOCK_K_F = 32  # the narrowest K slice the forward narrows to for occupancy (see Plan)
 FORCE_SPLIT: tuple[int, int] | None = None  # (forward splits, backward splits per gate); for tests
 

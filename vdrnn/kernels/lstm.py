@@ -73,7 +73,8 @@ def _forward(x_proj, h0, c0, w_op, bias, margs, step_margs, plan: launch.Plan, s
             HAS_G=has_g, HAS_ZONE_C=has_zone_c, HAS_ZONE_H=has_zone_h, SAVE_ACTS=save_acts,
             OP_DTYPE=op, PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=plan.block_h_f, BLOCK_K=plan.block_k_f,
             K_CHUNK=plan.chunk_f, SPLIT=plan.split_f, ONE_GATE=plan.one_gate, num_warps=launch.NUM_WARPS,
-            num_stages=plan.stages_f, GDC=plan.gdc, launch_pdl=plan.gdc, PREFETCH_W=launch.PREFETCH_W,
+            num_stages=plan.stages_f, GDC=plan.gdc, launch_pdl=plan.gdc,
+            PREFETCH_W=min(launch.PREFETCH_F, plan.chunk_f // plan.block_k_f),
         )
     return y, h_last, cs, (acts if save_acts else None), hz
 
@@ -157,7 +158,8 @@ class _FusedLSTM(torch.autograd.Function):
                 HAS_NEXT=has_next, HAS_ZH=has_zh, PER_GATE=per_gate, HAS_ZC=has_zc, HAS_G=has_g,
                 HAS_ZONE_C=has_zone_c, HAS_ZONE_H=has_zone_h, OP_DTYPE=op, OP_COPY=op_copy,
                 PRECISION=precision, BLOCK_B=plan.block_b, BLOCK_H=plan.block_h_b, BLOCK_K=launch.BLOCK_K,
-                K_CHUNK=plan.chunk_b, KS=plan.ks, GDC=plan.gdc_b, PREFETCH_W=launch.PREFETCH_W,
+                K_CHUNK=plan.chunk_b, KS=plan.ks, GDC=plan.gdc_b,
+                PREFETCH_W=min(launch.PREFETCH_B, plan.chunk_b // launch.BLOCK_K),
                 num_warps=launch.NUM_WARPS, num_stages=plan.stages_b, launch_pdl=plan.gdc_b,
             )
         # Whole-sequence products, one library call each (no loop over t).

@@ -60,7 +60,7 @@ def grad_w_tile(w_ptr, gate, offs_k, offs_j, stride_w, H):
 
 
 @triton.jit
-def recurrent_grad_product(dg_rows, w_ptr, w_first, gate, k_base, offs_j, mask_b, stride_w, H,
+def recurrent_grad_product(dg_rows, w_ptr, w_first, w_second, gate, k_base, offs_j, mask_b, stride_w, H,
                            OP_DTYPE: tl.constexpr, PRECISION: tl.constexpr, BLOCK_B: tl.constexpr,
                            BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, K_CHUNK: tl.constexpr,
                            PREFETCHED: tl.constexpr):
@@ -70,8 +70,11 @@ def recurrent_grad_product(dg_rows, w_ptr, w_first, gate, k_base, offs_j, mask_b
     with PREFETCHED, ``w_first`` is the chunk's first W tile (``grad_w_tile``), loaded before the wait.
     """
     part = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
-    if PREFETCHED:
+    if PREFETCHED >= 1:
         part = _grad_slice(part, dg_rows, w_first, k_base + tl.arange(0, BLOCK_K), mask_b, H, OP_DTYPE, PRECISION)
+    if PREFETCHED >= 2:
+        part = _grad_slice(part, dg_rows, w_second, k_base + BLOCK_K + tl.arange(0, BLOCK_K), mask_b, H, OP_DTYPE,
+                           PRECISION)
     for kk in range(BLOCK_K * PREFETCHED, K_CHUNK, BLOCK_K):
         offs_k = k_base + kk + tl.arange(0, BLOCK_K)
         w = grad_w_tile(w_ptr, gate, offs_k, offs_j, stride_w, H)
