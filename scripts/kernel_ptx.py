@@ -109,7 +109,7 @@ def cases(hidden_sizes):
         if lstm:
             fwd.update(ONE_GATE=plan.one_gate, PREFETCH_W=min(launch.PREFETCH_F, plan.chunk_f // plan.block_k_f))
         bwd = dict(shape, OP_DTYPE=TL[product], HAS_NEXT=True, BLOCK_H=plan.block_h_b, BLOCK_K=launch.BLOCK_K,
-                   K_CHUNK=plan.chunk_b, KS=plan.ks, OP_COPY=product != "fp32", GDC=plan.gdc_b,
+                   K_CHUNK=plan.chunk_b, KS=plan.ks, OP_COPY=product != "fp32",
                    PREFETCH_W=min(launch.PREFETCH_B, plan.chunk_b // launch.BLOCK_K))
         return plan, fwd, bwd
 

@@ -194,6 +194,17 @@ def test_fused_gru_split_k(kind, batch, block_plan):
     compare(steps=3, batch=batch, inputs=4, hidden=37, kind=kind)
 
 
+@pytest.mark.parametrize("split", [(1, 1), (2, 2)])
+@pytest.mark.parametrize("prefetch", [0, 1, 2])
+def test_fused_gru_w_tiles_loaded_before_the_wait_change_nothing(prefetch, split, monkeypatch):
+    """The backward's first W_hh tiles loaded before the wait (launch.PREFETCH_B), as the LSTM's test."""
+    monkeypatch.setattr(launch, "BLOCK_K", 16)
+    monkeypatch.setattr(launch, "FORCE_SPLIT", split)
+    monkeypatch.setattr(launch, "PREFETCH_B", prefetch)
+    torch.manual_seed(1)
+    compare(steps=3, batch=3, inputs=4, hidden=37, kind="tied")
+
+
 def inference_error(kind: str, steps: int, batch: int, inputs: int, hidden: int) -> float:
     """The no-grad path (saves nothing, as MC evaluation runs it): worst relative error of y and h_T."""
     x, h0, *params = random_problem(steps, batch, inputs, hidden)

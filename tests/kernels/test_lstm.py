@@ -182,6 +182,20 @@ def assert_fused_matches_reference(kind: str, hidden: int, tol: float = FP32_TOL
     assert out[0].dtype == ref[0].dtype and out[1].dtype == torch.float32
 
 
+@pytest.mark.parametrize("split", [(1, 1), (2, 2)])
+@pytest.mark.parametrize("prefetch", [(0, 0), (1, 1), (1, 2)])
+@pytest.mark.parametrize("kind", ["tied", "untied"])
+def test_w_tiles_loaded_before_the_wait_change_nothing(kind, prefetch, split, monkeypatch):
+    """The first W_hh tiles of a program's K chunk loaded before the wait for the step before (launch.PREFETCH_F,
+    PREFETCH_B), 16-wide slices of 48 units: a chunk of three tiles with one or two of them ahead of its loop, and
+    chunks of two, the second running past H, whose loop is then empty."""
+    monkeypatch.setattr(launch, "BLOCK_K", 16)
+    monkeypatch.setattr(launch, "FORCE_SPLIT", split)
+    monkeypatch.setattr(launch, "PREFETCH_F", prefetch[0])
+    monkeypatch.setattr(launch, "PREFETCH_B", prefetch[1])
+    assert_fused_matches_reference(kind, hidden=33)
+
+
 @pytest.mark.parametrize("kind", ["tied", "untied", "moon"])
 def test_tf32_products_read_their_operands_stored_in_fp16(kind, block_plan, monkeypatch):
     """With TF32 on, as training's fp32 runs have it, W_hh and the forward's masked h_t are stored in fp16

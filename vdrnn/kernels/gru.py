@@ -173,9 +173,9 @@ class _FusedGRU(torch.autograd.Function):
                 PER_GATE=per_gate, HAS_ZG=has_g, HAS_ZONE=has_zone, OP_DTYPE=op, OP_COPY=op_copy,
                 PRECISION=precision,
                 BLOCK_B=plan.block_b, BLOCK_H=plan.block_h_b, BLOCK_K=launch.BLOCK_K,
-                K_CHUNK=plan.chunk_b, KS=plan.ks, GDC=plan.gdc_b,
+                K_CHUNK=plan.chunk_b, KS=plan.ks, GDC=plan.gdc,
                 PREFETCH_W=min(launch.PREFETCH_B, plan.chunk_b // launch.BLOCK_K),
-                num_warps=launch.NUM_WARPS, num_stages=plan.stages_b, launch_pdl=plan.gdc_b,
+                num_warps=launch.NUM_WARPS, num_stages=plan.stages_b, launch_pdl=plan.gdc,
             )
         # Whole-sequence products, one library call each. da = the gradients of the recurrent products.
         # Each step's operand, h_{t-1} masked, for t = 0..T-1, as the forward used it: [NZ, T*B, H].

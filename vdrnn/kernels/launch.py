@@ -29,13 +29,11 @@ PROGRAMS_PER_SM = float(os.environ.get("VDRNN_FUSED_PROGRAMS_PER_SM", "3"))
 # The kernels run H units as H rounded up to a multiple of this (see Units); 1 runs them as they are.
 UNIT_MULTIPLE = int(os.environ.get("VDRNN_FUSED_UNIT_MULTIPLE", "16"))
 # Programmatic dependent launch of the step kernels on GPUs that have it (compute capability 9.0, Hopper, and later):
-# 0 launches each step only once the step before has finished, as on older GPUs (see Plan.gdc); "forward", only the
-# forward's steps as dependents.
+# 0 launches each step only once the step before has finished, as on older GPUs (see Plan.gdc).
 DEPENDENT_LAUNCH = os.environ.get("VDRNN_FUSED_DEPENDENT_LAUNCH", "1") != "0"
-DEPENDENT_BACKWARD = os.environ.get("VDRNN_FUSED_DEPENDENT_LAUNCH", "1") != "forward"
 # Tiles of its W_hh slice each program loads before waiting for the step before (W_hh is written by none): "F,B" for the
 # forward (0 or 1) and the backward (0 to 2).
-PREFETCH_F, PREFETCH_B = (int(n) for n in os.environ.get("VDRNN_FUSED_PREFETCH_W", "0,0").split(","))
+PREFETCH_F, PREFETCH_B = (int(n) for n in os.environ.get("VDRNN_FUSED_PREFETCH_W", "0,1").split(","))
 MIN_BLOCK_K_F = 32  # the narrowest K slice the forward narrows to for occupancy (see Plan)
 FORCE_SPLIT: tuple[int, int] | None = None  # (forward splits, backward splits per gate); for tests
 
@@ -101,7 +99,6 @@ class Plan:
                  op_bytes: int = 4, one_gate_kernel: bool = False):
         self.hidden = hidden
         self.gdc = dependent_launch(device)
-        self.gdc_b = self.gdc and DEPENDENT_BACKWARD
         self.block_b = min(64, max(16, 1 << (batch - 1).bit_length()))
         self.n_b = cdiv(batch, self.block_b)
         target = PROGRAMS_PER_SM * sm_count(device)
