@@ -170,6 +170,18 @@ def test_packed_weight_pads_each_gate_with_zeros():
     assert packed.abs().max().item() == 0
 
 
+@pytest.mark.parametrize("hidden", [5, 16])  # padded, and packed as it is
+def test_packed_weight_carries_weight_drops_mask(hidden):
+    """AWD's mask multiplies W_hh as it is packed, in the stored dtype; the padding stays zero."""
+    w, mask = torch.randn(4 * hidden, hidden), bernoulli_mask((4 * hidden, hidden), 0.5, torch.empty(0))
+    plan = launch.Plan(3, 16, torch.device("cpu"))
+    packed = launch.pack_weight(w, torch.float16, plan, mask).view(4, 16, plan.w_cols)
+    assert packed.dtype == torch.float16
+    torch.testing.assert_close(packed[:, :hidden, :hidden], (w * mask).half().view(4, hidden, hidden))
+    packed[:, :hidden, :hidden] = 0
+    assert packed.abs().max().item() == 0
+
+
 def assert_fused_matches_reference(kind: str, hidden: int, tol: float = FP32_TOL) -> None:
     steps, batch, inputs = STEPS, BATCH, INPUTS
     leaves = random_problem(steps, batch, inputs, hidden)
@@ -587,27 +599,34 @@ def test_graphed_step_takes_plain_sgd_only():
 
 
 # ----------------------------------------------------------------------------------- weight drop (AWD)
-def test_a_weight_dropped_layer_on_the_fused_path_matches_the_reference(monkeypatch):
-    """model.impl=fast runs AWD's layers (dropped W_hh, locked x mask, no h mask) on the fused kernels: the same
-    outputs and gradients as the reference loop on the same dropped W_hh and masks."""
+@pytest.mark.parametrize("hidden", [32, 33])  # run as they are, and as 48 units (dead units padded in)
+def test_a_weight_dropped_layer_on_the_fused_path_matches_the_reference(monkeypatch, hidden):
+    """model.impl=fast runs AWD's layers (dropped W_hh, locked x mask, no h mask) on the fused kernels, which apply the
+    mask to the raw W_hh as they pack it: the same outputs and gradients (the raw W_hh's zero where an entry was
+    dropped, h_0's through the dropped W_hh) as the reference loop on the dropped W_hh, in training and inference."""
     from vdrnn.cells.lstm import LSTMLayer
 
     calls = []
     monkeypatch.setattr(kernels_lstm, "lstm_fused", lambda *args: calls.append(1) or lstm_fused(*args))
     torch.manual_seed(0)
-    layer = LSTMLayer(7, 33, impl="fast").to(DEVICE)
+    layer = LSTMLayer(7, hidden, impl="fast").to(DEVICE)
     x = torch.randn(5, 3, 7, device=DEVICE)
-    state = (torch.randn(3, 33, device=DEVICE), torch.randn(3, 33, device=DEVICE))
-    masks = LayerMasks(x=bernoulli_mask((3, 7), 0.4, x), w_hh=bernoulli_mask((4 * 33, 33), 0.5, x))
+    state = (torch.randn(3, hidden, device=DEVICE, requires_grad=True),
+             torch.randn(3, hidden, device=DEVICE, requires_grad=True))
+    masks = LayerMasks(x=bernoulli_mask((3, 7), 0.4, x), w_hh=bernoulli_mask((4 * hidden, hidden), 0.5, x))
     results = []
     for run in ("fast", "reference"):
         w_ih, w_hh, b_ih, b_hh = layer.parameters_tuple()
         if run == "fast":
             y, (h, c) = layer(x, state, masks)
+            with torch.no_grad():
+                inferred = layer(x, state, masks)[0]
         else:
             y, (h, c) = lstm_reference(x, state, (w_ih, w_hh * masks.w_hh, b_ih, b_hh), LayerMasks(x=masks.x))
-        grads = torch.autograd.grad(y.square().sum() + h.sum() + c.sum(), layer.parameters_tuple())
+        grads = torch.autograd.grad(y.square().sum() + h.sum() + c.sum(), (*layer.parameters_tuple(), *state))
         results.append((y, h, c, *grads))
-    assert len(calls) == 1  # the layer's call
+    assert len(calls) == 2  # the layer's calls, with and without gradients
+    torch.testing.assert_close(inferred, results[1][0], rtol=FP32_TOL, atol=FP32_TOL)
+    assert torch.all(results[0][4][masks.w_hh == 0] == 0)  # the raw W_hh's gradient
     for a, b in zip(*results, strict=True):
         torch.testing.assert_close(a, b, rtol=FP32_TOL, atol=FP32_TOL)

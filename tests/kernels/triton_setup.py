@@ -55,7 +55,8 @@ def packed_dtypes(monkeypatch) -> list[torch.dtype]:
     """The dtypes the LSTM's or the GRU's kernels are given W_hh packed in (launch.pack_weight), call by call."""
     packed = []
     real = launch.pack_weight
-    monkeypatch.setattr(launch, "pack_weight", lambda w, dtype, plan: packed.append(dtype) or real(w, dtype, plan))
+    monkeypatch.setattr(launch, "pack_weight",
+                        lambda w, dtype, plan, mask=None: packed.append(dtype) or real(w, dtype, plan, mask))
     return packed
 
 

@@ -46,16 +46,17 @@ class LSTMLayer(nn.Module):
         """x [T, B, D]; state (h, c), each [B, H]; returns (outputs [T, B, H], (h_T, c_T))."""
         masks = masks or LayerMasks()
         params = self.parameters_tuple()
+        masked_recurrence = masks.recurrent or (masks.w_hh is not None and self.weight_drop_on_kernels)
+        if masked_recurrence and runs_kernels(self.impl, x, "lstm"):
+            from vdrnn.kernels.lstm import lstm_fused  # Triton, only where it runs
+
+            return lstm_fused(x, state, params, masks)  # weight drop's mask applied as the kernels pack W_hh
         if masks.w_hh is not None:
             # Weight drop: a new W_hh for this minibatch, computed from the raw parameter, which thus gets the
             # gradients and is never modified in place.
             w_ih, w_hh, b_ih, b_hh = params
             params = (w_ih, w_hh * masks.w_hh, b_ih, b_hh)
-        if masks.recurrent or (masks.w_hh is not None and self.weight_drop_on_kernels):
-            if runs_kernels(self.impl, x, "lstm"):
-                from vdrnn.kernels.lstm import lstm_fused  # Triton, only where it runs
-
-                return lstm_fused(x, state, params, masks)
+        if masked_recurrence:
             return lstm_reference(x, state, params, masks)
         if masks.x is not None:  # fresh-per-step or fixed-over-time input mask, the same for all gates
             x = x * masks.x.to(x.dtype)

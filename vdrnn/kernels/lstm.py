@@ -79,17 +79,18 @@ def _forward(x_proj, h0, c0, w_op, bias, margs, step_margs, plan: launch.Plan, s
     return y, h_last, cs, (acts if save_acts else None), hz
 
 
-def _padded_forward(x_proj, h0, c0, w_hh, bias, zh, zc, c_scale: float, step_masks, op_dtype: torch.dtype,
+def _padded_forward(x_proj, h0, c0, w_hh, w_mask, bias, zh, zc, c_scale: float, step_masks, op_dtype: torch.dtype,
                     save_acts: bool):
     """The T forward steps at the kernels' HP units (:class:`Units`): the one place that pads a layer's inputs, for
-    training and inference alike. ``step_masks`` are (g, zone_c, zone_h), each None or a mask read at every step.
+    training and inference alike. ``w_mask``: weight drop's mask on W_hh, or None; ``step_masks`` are (g, zone_c,
+    zone_h), each None or a mask read at every step.
     Returns (units, plan, w_op, margs, step_margs, h0 padded, ``_forward``'s results), all at HP. x_proj
     [T, B, 4, HP] comes padded from ``input_product``."""
     units = launch.Units(h0.shape[-1])
     bias, h0, c0, zh, zc = units.pad(bias, LSTM_GATES), units.pad(h0), units.pad(c0), units.pad(zh), units.pad(zc)
     stored = common.stored_dtype(op_dtype)
     plan = launch.plan_for(x_proj, units.padded, zh, stored, LSTM_GATES, one_gate_kernel=True)
-    w_op = launch.pack_weight(w_hh, stored, plan)
+    w_op = launch.pack_weight(w_hh, stored, plan, w_mask)
     dummy = common.dummy(x_proj)
     margs = common.mask_args(zh, zc, c_scale, dummy)
     # Dead units get d = 0 and m = 0: they take their new value, zero, as without these masks.
@@ -99,16 +100,17 @@ def _padded_forward(x_proj, h0, c0, w_hh, bias, zh, zc, c_scale: float, step_mas
 
 
 class _FusedLSTM(torch.autograd.Function):
-    """Differentiable in x_proj, h0, c0, w_hh, the bias (b_ih + b_hh), and in the recurrent mask z_h where that is
-    learned."""
+    """Differentiable in x_proj, h0, c0, w_hh (the raw parameter where weight drop's mask w_mask multiplies it), the
+    bias (b_ih + b_hh), and in the recurrent mask z_h where that is learned."""
 
     @staticmethod
-    def forward(ctx, x_proj, h0, c0, w_hh, bias, zh, zc, c_scale, zg, zone_c, zone_h, op_dtype):
+    def forward(ctx, x_proj, h0, c0, w_hh, w_mask, bias, zh, zc, c_scale, zg, zone_c, zone_h, op_dtype):
         ctx.dtypes = (x_proj.dtype, h0.dtype, c0.dtype, w_hh.dtype, bias.dtype)
         # From here on the kernels' HP units; the results are sliced back to H on the way out.
         units, plan, w_op, margs, step_margs, h0, (y, h_last, cs, acts, hz) = _padded_forward(
-            x_proj, h0, c0, w_hh, bias, zh, zc, c_scale, (zg, zone_c, zone_h), op_dtype, save_acts=True)
-        ctx.save_for_backward(w_op, w_hh, hz, cs, acts, margs[0], margs[5], h0, y, *(m[0] for m in step_margs))
+            x_proj, h0, c0, w_hh, w_mask, bias, zh, zc, c_scale, (zg, zone_c, zone_h), op_dtype, save_acts=True)
+        ctx.save_for_backward(w_op, w_hh, w_mask, hz, cs, acts, margs[0], margs[5], h0, y,
+                              *(m[0] for m in step_margs))
         ctx.margs = margs[1:5] + margs[6:]
         ctx.step_strides = tuple(m[1:] for m in step_margs)
         ctx.plan = plan
@@ -128,7 +130,7 @@ class _FusedLSTM(torch.autograd.Function):
     @staticmethod
     def _backward(ctx, dy, dh_t, dc_t):
         bwd = _steps().bwd_step
-        w_op, w_hh, hz, cs, acts, zh, zc, h0, y, zg, zone_c, zone_h = ctx.saved_tensors
+        w_op, w_hh, w_mask, hz, cs, acts, zh, zc, h0, y, zg, zone_c, zone_h = ctx.saved_tensors
         szb, szg, has_zh, per_gate, has_zc, c_scale = ctx.margs
         (sgt, sgb, has_g), (szct, szcb, has_zone_c), (szht, szhb, has_zone_h) = ctx.step_strides
         plan, units = ctx.plan, ctx.units
@@ -172,7 +174,8 @@ class _FusedLSTM(torch.autograd.Function):
             dw = dg_op.view(steps * batch, -1).t() @ hz[0]
         dh0 = None
         if ctx.needs_input_grad[1]:  # not in training: h_0 is the state carried from the batch before, detached
-            dh0 = common.initial_state_grad(dg_op[0], w_op, w_hh, zh if has_zh else None, per_gate, units, op_dtype)
+            w_used = w_hh if w_mask is None else w_hh * w_mask  # the W_hh the forward ran: weight-dropped
+            dh0 = common.initial_state_grad(dg_op[0], w_op, w_used, zh if has_zh else None, per_gate, units, op_dtype)
             if has_zone_h:  # what reached h_0 around the first step's update
                 dh0 = dh0 + units.unpad(carry)
             dh0 = dh0.to(h0_dtype)
@@ -180,12 +183,13 @@ class _FusedLSTM(torch.autograd.Function):
         # made it takes the gradient through its strides), in x_proj's dtype: the bf16 copy if the kernels made one.
         d_xproj = (dg_op if dg_op.dtype == xp_dtype else dgates).view(steps, batch, LSTM_GATES, hidden).to(xp_dtype)
         db = units.unpad(dgates.sum((0, 1)), LSTM_GATES).to(b_dtype)
-        dw = units.unpad_weight(dw.reshape(LSTM_GATES * hidden, hidden), LSTM_GATES).to(w_dtype)
+        # The raw W_hh's gradient: the dropped W_hh's times the mask (zero where an entry was dropped).
+        dw = units.unpad_weight(dw.reshape(LSTM_GATES * hidden, hidden), LSTM_GATES, w_mask).to(w_dtype)
         dzh = None
-        if ctx.needs_input_grad[5]:
+        if ctx.needs_input_grad[6]:
             h_prev = torch.cat((h0.unsqueeze(0).to(y.dtype), y[:-1]))
             dzh = units.unpad(common.recurrent_mask_grad(dg_op, w_op[:, :hidden].to(op_dtype), h_prev, zh, per_gate))
-        return (d_xproj, dh0, units.unpad(dc).to(c0_dtype), dw, db, dzh, None, None, None, None, None, None)
+        return (d_xproj, dh0, units.unpad(dc).to(c0_dtype), dw, None, db, dzh, None, None, None, None, None, None)
 
 
 def lstm_fused(
@@ -195,7 +199,8 @@ def lstm_fused(
     masks: LayerMasks,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Drop-in for :func:`vdrnn.cells.lstm.lstm_reference`: same arguments, same results (within the products'
-    precision), on CUDA tensors or in Triton's interpreter."""
+    precision), on CUDA tensors or in Triton's interpreter. Weight drop's ``masks.w_hh`` multiplies the raw W_hh of
+    ``params`` here, as the kernels' copy of it is packed (the reference takes W_hh already dropped)."""
     w_ih, w_hh, b_ih, b_hh = params
     # b_ih joins b_hh in the kernels' sum (every LSTM gate adds both): the input product runs without a bias to
     # broadcast into its output, and the kernels' db serves both biases (no second sum over T*B rows).
@@ -208,11 +213,11 @@ def lstm_fused(
     op_dtype = common.recurrent_product_dtype(x.device)
     tensors = (x_proj, h0, c0, w_hh, bias)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        y, h_t, c_t = _FusedLSTM.apply(x_proj, h0, c0, w_hh, bias, zh, masks.c, masks.c_scale, masks.g,
+        y, h_t, c_t = _FusedLSTM.apply(x_proj, h0, c0, w_hh, masks.w_hh, bias, zh, masks.c, masks.c_scale, masks.g,
                                        masks.zone_c, masks.zone_h, op_dtype)
         return y, (h_t, c_t)
     # Inference (e.g. MC dropout evaluation): the same kernels, nothing saved for backward.
-    units, *_, (y, h_last, cs, _, _) = _padded_forward(x_proj, h0, c0, w_hh, bias, zh, masks.c, masks.c_scale,
-                                                       (masks.g, masks.zone_c, masks.zone_h), op_dtype,
-                                                       save_acts=False)
+    units, *_, (y, h_last, cs, _, _) = _padded_forward(x_proj, h0, c0, w_hh, masks.w_hh, bias, zh, masks.c,
+                                                       masks.c_scale, (masks.g, masks.zone_c, masks.zone_h),
+                                                       op_dtype, save_acts=False)
     return units.unpad(y), (units.unpad(h_last), units.unpad(cs[-1]))
