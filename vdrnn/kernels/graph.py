@@ -5,7 +5,7 @@ the fused recurrence alone). Launched one by one from Python, the GPU waits on t
 them; a CUDA graph records the step once and replays it with one call, so the GPU runs the kernels
 back to back. The step is: forward (dropout masks drawn on the device, inside the graph, so every
 replay draws new ones), cross-entropy, backward, gradient-norm clipping folded into the SGD update
-(:func:`vdrnn.training.optim.clipped_sgd_step`), Gal's weight decay ``w <- w * (1 - wd)`` (and, with learned
+(:func:`vdrnn.kernels.update.clipped_update`), Gal's weight decay ``w <- w * (1 - wd)`` (and, with learned
 dropout variances, their KL term and alpha <= 1 projection). Nothing in it reads a value back to the host.
 
 Usage (inputs are copied into the graph's own buffers; the outputs are the graph's buffers too,
@@ -28,7 +28,8 @@ import copy
 import torch
 import torch.nn.functional as F
 
-from vdrnn.training.optim import clipped_sgd_step, finish_update, require_plain_sgd, weights_of
+from vdrnn.kernels.update import clipped_update, require_foldable
+from vdrnn.training.optim import finish_update, weights_of
 
 WARMUP_STEPS = 3  # eager steps before the first capture (see _capture)
 
@@ -41,7 +42,7 @@ class GraphedTrainStep:
             raise ValueError(f"amp={amp!r}: a graphed step supports 'off' and 'bf16' (fp16 needs a GradScaler)")
         if type(optimizer) is not torch.optim.SGD:  # Adam/ASGD built without capturable=True raise under capture
             raise ValueError(f"a graphed step takes plain SGD, not {type(optimizer).__name__}")
-        require_plain_sgd(optimizer)
+        require_foldable(optimizer)
         self.model, self.optimizer = model, optimizer
         self.clip = clip
         self.weight_decay = weight_decay
@@ -74,7 +75,7 @@ class GraphedTrainStep:
         noise = self.model.noise_scales
         objective = loss if noise is None else loss + self.kl_scale * noise.kl()
         (objective * tokens.shape[0] if self.sum_over_time else objective).backward()
-        grad_norm = clipped_sgd_step(self.optimizer, self.params, self.clip)
+        grad_norm = clipped_update(self.optimizer, self.clip)
         finish_update(self.weights, self.weight_decay, noise)
         return loss.detach(), grad_norm, [(h.detach(), c.detach()) for h, c in new_state]
 

@@ -1,8 +1,9 @@
 """How the weights move: the optimizer and its step (:class:`Optimization`), what follows each step, and a moving
 average of the weights.
 
-Shared by the eager training step and the graphed one (:class:`vdrnn.kernels.graph.GraphedTrainStep`), so that both
-update the same way.
+Shared by the eager training step and the graphed ones (:class:`vdrnn.kernels.graph.GraphedTrainStep`, AWD's steps
+recorded by :mod:`vdrnn.training.graphs`), so that both follow the same rules; the graphed ones fold the clip into
+the update (:func:`vdrnn.kernels.update.clipped_update`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from vdrnn.kernels.update import clipped_update
 
 if TYPE_CHECKING:
     from vdrnn.config import TrainerConfig
@@ -78,37 +81,6 @@ def finish_update(weights: list[torch.nn.Parameter], decay: float, noise_scales:
         noise_scales.clamp_()
 
 
-def require_plain_sgd(optimizer: torch.optim.Optimizer) -> None:
-    """Refuse SGD with momentum or maximize: ``clipped_sgd_step`` folds the clip into plain SGD's update only."""
-    if any(group.get("momentum") or group.get("maximize") for group in optimizer.param_groups):
-        raise ValueError("the clip is folded into plain SGD's update: SGD with no momentum, no maximize")
-
-
-@torch.no_grad()
-def clipped_sgd_step(optimizer: torch.optim.SGD, params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
-    """``clip_grad_norm_(params, max_norm)`` then ``optimizer.step()`` for SGD without momentum, in one pass: the
-    graphed step's update (:class:`vdrnn.kernels.graph.GraphedTrainStep`).
-
-    Why: clipping scales every gradient in place, a read and a write of all of them, before SGD reads them again.
-    Folding the factor into the update, p <- p (1 - lr wd) - lr min(1, max_norm / (|g| + 1e-6)) g, leaves that
-    pass out. The factor stays on the
-    device (no host sync), so a CUDA graph holds it. Returns the norm before clipping, as clip_grad_norm_ does; the
-    gradients are left unclipped.
-    """
-    require_plain_sgd(optimizer)
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm([p.grad for p in params if p.grad is not None])))
-    factor = (max_norm / (norm + 1e-6)).clamp(max=1.0)
-    for group in optimizer.param_groups:
-        lr, decay = group["lr"], group["weight_decay"]
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            if decay:
-                p.mul_(1.0 - lr * decay)  # SGD's L2 term, lr * decay * p, taken from p before the step
-            p.addcmul_(p.grad, factor, value=-lr)
-    return norm
-
-
 class WeightAverage:
     """An exponential moving average of the parameters, updated after every optimizer step (Polyak
     averaging over a window of about 1 / (1 - decay) steps). With Adam and heavy dropout the weights jitter
@@ -174,6 +146,9 @@ class Optimization:
 
     def __init__(self, model: torch.nn.Module, trainer: TrainerConfig, device: torch.device):
         self.model, self.trainer = model, trainer
+        # The graphed step's update (set by the trainer that records it): the clip folded into SGD's or averaged
+        # SGD's update, one pass over each parameter (vdrnn.kernels.update). Eagerly, torch's clip and optimizer.
+        self.fold_clip = False
         self.averaging = trainer.optimizer == "asgd"
         self.capturable = device.type == "cuda"  # averaged SGD without host syncs, graphed or not
         self.optimizer = make_optimizer(model, trainer, averaging=self.averaging, capturable=self.capturable)
@@ -185,13 +160,17 @@ class Optimization:
             group["lr"] = lr
 
     def step(self, loss: torch.Tensor) -> torch.Tensor:
-        """Backward, global-norm clipping, the update and Gal's weight decay; returns the gradient norm."""
+        """Backward, global-norm clipping, the update and Gal's weight decay; returns the gradient norm (before
+        clipping)."""
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
-        self.scaler.unscale_(self.optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.trainer.clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
+        if self.fold_clip:
+            grad_norm = clipped_update(self.optimizer, self.trainer.clip)
+        else:
+            self.scaler.unscale_(self.optimizer)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.trainer.clip)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         finish_update(weights_of(self.model), self.trainer.gal_decay, self.model.noise_scales)
         return grad_norm
 

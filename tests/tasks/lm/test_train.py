@@ -593,44 +593,6 @@ def test_a_step_clips_the_global_gradient_norm_to_trainer_clip(tmp_path, tiny_co
     assert moved.item() == pytest.approx(lr * clip, rel=1e-4)  # plain SGD: the step is lr times the clipped gradient
 
 
-@pytest.mark.parametrize("clip", [1e-3, 1e3])  # clipping, and a norm under the clip
-def test_clipped_sgd_step_is_clip_grad_norm_then_sgd(clip):
-    """The graphed step's one-pass update: the same weights as clip_grad_norm_ + SGD.step, with L2 weight decay in one
-    of two parameter groups (as make_optimizer builds them for learned dropout variances), and the same norm."""
-    from vdrnn.training.optim import clipped_sgd_step
-
-    torch.manual_seed(0)
-    shapes = [(5, 3), (7,), (4, 4)]
-    start = [torch.randn(s) for s in shapes]
-    grads = [torch.randn(s) * 3 for s in shapes]
-    results = []
-    for folded in (False, True):
-        params = [torch.nn.Parameter(w.clone()) for w in start]
-        for param, grad in zip(params, grads, strict=True):
-            param.grad = grad.clone()
-        optimizer = torch.optim.SGD([{"params": params[:2], "weight_decay": 0.1}, {"params": params[2:]}], lr=0.7)
-        if folded:
-            norm = clipped_sgd_step(optimizer, params, clip)
-        else:
-            norm = torch.nn.utils.clip_grad_norm_(params, clip)
-            optimizer.step()
-        results.append((norm, [p.detach() for p in params]))
-    (norm, weights), (folded_norm, folded_weights) = results
-    torch.testing.assert_close(folded_norm, norm)
-    for got, want, was in zip(folded_weights, weights, start, strict=True):
-        torch.testing.assert_close(got, want)
-        assert not torch.equal(got, was)
-
-
-def test_clipped_sgd_step_refuses_momentum():
-    from vdrnn.training.optim import clipped_sgd_step
-
-    param = torch.nn.Parameter(torch.ones(2))
-    param.grad = torch.ones(2)
-    with pytest.raises(ValueError, match="momentum"):
-        clipped_sgd_step(torch.optim.SGD([param], lr=0.1, momentum=0.9), [param], 1.0)
-
-
 @pytest.mark.parametrize("optimizer,averaging", [("asgd", False), ("ntasgd", True)])
 def test_averaged_sgd_takes_plain_sgd_steps_and_averages_the_iterates(optimizer, averaging):
     """Merity et al.'s ASGD (t0=0, lambd=0), from the start or after NT-ASGD's switch: the weights move as under SGD,

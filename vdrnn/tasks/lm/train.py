@@ -99,7 +99,8 @@ class LanguageModelTrainer(EpochTrainer):
         Where the step is Zaremba's and Gal's (fixed BPTT length, no AR/TAR, plain SGD): one graph of its own
         (:mod:`vdrnn.kernels.graph`), whose clip is folded into the update. AWD's (random lengths, AR/TAR, averaged
         SGD), in fp32: the eager :meth:`train_step` itself, recorded once per minibatch length
-        (:mod:`vdrnn.training.graphs`), its weight-dropped layers on the fused kernels under ``model.impl=auto``.
+        (:mod:`vdrnn.training.graphs`), its weight-dropped layers on the fused kernels under ``model.impl=auto`` and
+        the clip folded into the update.
         Adam runs eagerly: its state is made at its first step, which a graph would redo at every replay. A
         ``trainer.ema`` average is updated after each replay, outside the graph (``Optimization.after_step``)."""
         t, d = self.cfg.trainer, self.cfg.data
@@ -112,6 +113,7 @@ class LanguageModelTrainer(EpochTrainer):
                 if self.cfg.model.impl == "auto":  # weight drop on the fused kernels: graphed, the faster
                     for layer in self.model.layers:
                         layer.weight_drop_on_kernels = isinstance(layer, LSTMLayer)
+                self.optimization.fold_clip = True  # one pass over the weights (vdrnn.kernels.update)
                 self._graphed = ShapeGraphs(self.train_step, keep=self.snapshot)
             else:
                 self._graphed = GraphedTrainStep(self.model, self.optimization.optimizer, t.clip, d.batch_size,
