@@ -1,4 +1,5 @@
-"""Compile the fused LSTM and GRU step kernels for a Hopper GPU (sm_90) on any machine, GPU or not.
+"""Compile the fused LSTM and GRU step kernels, and the graphed steps' update, for a Hopper GPU (sm_90) on any machine,
+GPU or not.
 
 Triton's interpreter (what the CPU tests run) checks what the kernels compute, not that the GPU compiler
 accepts them: a kernel can pass every CPU test and still fail to compile on the GPU. This script runs the
@@ -7,7 +8,8 @@ variant the training paths launch (tied, untied and no recurrent mask; Moon's ce
 fp16-stored operands, bf16 products, and, for tied masks, IEEE fp32; with and without split-K), for the units
 the layers run (650 and 1500 as 656 and 1504, ``vdrnn.kernels.launch.Units``) with the block shapes, splits and pipeline
 depths ``vdrnn.kernels.launch.Plan`` picks for a 132-SM H100/H200 at batch 20, plus MC evaluation's untied forward at
-1,000 sequences a pass (the widest operand tiles). It prints each kernel's shared memory and a hash of its PTX.
+1,000 sequences a pass (the widest operand tiles), and the update with the clip folded in (SGD's and averaged SGD's,
+``vdrnn.kernels.update``). It prints each kernel's shared memory and a hash of its PTX.
 
     python scripts/kernel_ptx.py                      # compile all; exit 1 if any fails
     python scripts/kernel_ptx.py --out /tmp/ptx/new   # also write the PTX (debug info stripped)
@@ -37,7 +39,7 @@ from triton.compiler import ASTSource  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vdrnn.kernels import gru_steps, launch, lstm_steps  # noqa: E402
+from vdrnn.kernels import gru_steps, launch, lstm_steps, update, update_kernel  # noqa: E402
 from vdrnn.kernels.gru import GRU_GATES  # noqa: E402
 from vdrnn.kernels.lstm import LSTM_GATES  # noqa: E402
 
@@ -46,11 +48,12 @@ SHARED_LIMIT = 232_448  # bytes of shared memory one program may use on sm_90
 # The kernels' scalar arguments by type. Pointers are the arguments named *_ptr; any other name is an error, so
 # that a new scalar argument is given its type here instead of being compiled as a pointer.
 INTS = {"t", "B", "stride_w", "stride_zb", "stride_zg", "stride_xg", "stride_hzg",
-        "stride_gt", "stride_gb", "stride_zct", "stride_zcb", "stride_zht", "stride_zhb", "stride_dt", "stride_db"}
+        "stride_gt", "stride_gb", "stride_zct", "stride_zcb", "stride_zht", "stride_zhb", "stride_dt", "stride_db", "n"}
 # The schemes after Gal's, off unless a case turns them on: Semeniuta's candidate mask and zoneout.
 LSTM_CELL_MASKS = {"HAS_G": False, "HAS_ZONE_C": False, "HAS_ZONE_H": False}
 GRU_CELL_MASKS = {"HAS_ZG": False, "HAS_ZONE": False}
-FLOATS = {"c_scale"}
+FLOATS = {"c_scale", "lr", "decay"}
+WARPS = {update_kernel.clipped_update: update.NUM_WARPS}  # kernels launched with other than launch.NUM_WARPS
 # A layer's precisions, as vdrnn.kernels launches them: (product dtype, dtype W_hh and the forward's operand are stored
 # in, PRECISION). TF32 products read fp16-stored operands (vdrnn.kernels.common.stored_dtype); the backward converts W as it loads it.
 MODES = {"tf32": ("fp32", "fp16", "tf32"), "bf16": ("bf16", "bf16", "tf32"), "ieee": ("fp32", "fp32", "ieee")}
@@ -151,6 +154,9 @@ def cases(hidden_sizes):
         plan, fwd, bwd = plan_and_shapes(BATCH, hidden, "tf32", "none", GRU_GATES)
         yield f"gru_fwd_{tag}_zoneout_semeniuta", gru_fwd, "tf32", dict(fwd, HAS_ZG=True, HAS_ZONE=True), plan.stages_f
         yield f"gru_bwd_{tag}_zoneout_semeniuta", gru_bwd, "tf32", dict(bwd, HAS_ZG=True, HAS_ZONE=True), plan.stages_b
+    for name, averaging in (("sgd", False), ("asgd", True)):
+        yield (f"update_{name}", update_kernel.clipped_update, "tf32",
+               dict(LR_ON_DEVICE=averaging, AVERAGE=averaging, BLOCK=update.BLOCK), launch.NUM_STAGES)
 
 
 def stripped_ptx(ptx: str) -> str:
@@ -173,7 +179,8 @@ def main() -> None:
         try:
             compiled = triton.compile(ASTSource(fn=kernel, signature=signature(kernel, op, constexprs),
                                                 constexprs=constexprs),
-                                      target=target, options={"num_warps": launch.NUM_WARPS, "num_stages": stages})
+                                      target=target, options={"num_warps": WARPS.get(kernel, launch.NUM_WARPS),
+                                                              "num_stages": stages})
         except Exception as err:  # report every failing variant, not just the first
             failed += 1
             print(f"{name}: FAILED {err!r}"[:2000], flush=True)

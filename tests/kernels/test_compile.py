@@ -31,8 +31,9 @@ def test_every_fused_kernel_variant_compiles_for_hopper(tmp_path):
     # 650 and 1500 units x TF32 / bf16 x {none, tied, untied, moon}: LSTM forward and backward, GRU too
     # (no Moon), plus the last backward step, inference and IEEE fp32 (tied), and MC's untied forward at 1,000
     # sequences (it asked for more shared memory than sm_90 has until the plan capped the pipeline); and zoneout's and
-    # Semeniuta's masks (TF32, 1500 units): the LSTM's forward and backward for each, the GRU's for both at once.
-    assert len(lines) == 2 * 2 * (4 * 2 + 3 * 2) + 2 * 4 + 2 * 2 * 2 + 6, result.stdout
+    # Semeniuta's masks (TF32, 1500 units): the LSTM's forward and backward for each, the GRU's for both at once; and
+    # the graphed steps' update, SGD's and averaged SGD's.
+    assert len(lines) == 2 * 2 * (4 * 2 + 3 * 2) + 2 * 4 + 2 * 2 * 2 + 6 + 2, result.stdout
     assert all(": ok, shared " in line for line in lines), result.stdout
     ptx = {name: (tmp_path / "ptx" / f"lstm_{name}.ptx").read_text()
            for name in ("fwd_H1500_tf32_untied", "bwd_H1500_tf32_untied", "fwd_H1500_ieee_tied")}
