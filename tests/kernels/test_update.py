@@ -84,3 +84,40 @@ def test_what_it_cannot_step_is_refused(make, match):
     param.grad = torch.ones(2, device=DEVICE)
     with pytest.raises(ValueError, match=match):
         clipped_update(make([param]), 1.0)
+
+
+def test_awds_step_on_the_kernels_with_the_folded_update_is_the_eager_step(tmp_path, tiny_corpus):
+    """AWD's step as its graphs record it (weight drop on the fused kernels, the clip folded into the update) against
+    the eager step (the dropped W_hh on the reference LSTM, clip_grad_norm_ then torch's SGD and averaged SGD): the
+    same losses, gradient norms, weights and running means through NT-ASGD's switch. Here without the graphs, in
+    Triton's interpreter on a CPU; tests/tasks/lm/test_awd.py replays them on a GPU."""
+    from tests.helpers import TINY, composed, trainer_for
+    from vdrnn.config import to_container
+    from vdrnn.tasks.lm.data import variable_minibatches
+
+    tiny = [a for a in TINY if not a.startswith(("model=", "model.hidden_size", "model.impl"))]
+    results = []
+    for fast in (True, False):
+        raw = to_container(composed("experiment=awd_ptb", *tiny, "model.hidden_size=16", "model.embedding_size=8",
+                                    f"data.root={tiny_corpus}", f"device={DEVICE.type}", "trainer.cuda_graph=off",
+                                    f"model.impl={'fast' if fast else 'reference'}"))
+        t = trainer_for(raw, tmp_path / str(fast))
+        t.optimization.fold_clip = fast  # as a recorded graph steps
+        torch.manual_seed(5)
+        batches = list(variable_minibatches(t.train_data, t.cfg.data.bptt))[:3]
+        t.model.train()
+        t.next_row, t.carried = 0, t.model.initial_state(t.cfg.data.batch_size, t.device)
+        steps = [t.advance(inputs, targets, 30.0) for inputs, targets in batches]
+        t.optimization.switch_to_averaging()
+        # Both with averaged SGD's state made at the switch, as on CUDA (capturable): eta from the lr then, not from
+        # the first averaged step's (lazily, on a CPU).
+        start_averaging_state(t.optimization.optimizer)
+        steps += [t.advance(inputs, targets, 30.0) for inputs, targets in batches]
+        ax = [t.optimization.optimizer.state[p]["ax"] for p in t.model.parameters()]
+        results.append((torch.tensor([[loss.item(), norm.item()] for loss, norm in steps]),
+                        [p.detach() for p in t.model.parameters()], ax))
+        t.cleanup()
+    (f_steps, f_weights, f_ax), (e_steps, e_weights, e_ax) = results
+    torch.testing.assert_close(f_steps, e_steps, rtol=1e-4, atol=1e-5)
+    for f, e in zip(f_weights + f_ax, e_weights + e_ax, strict=True):
+        torch.testing.assert_close(f, e, rtol=1e-4, atol=1e-5)
