@@ -156,7 +156,7 @@ def cases(hidden_sizes):
         yield f"gru_bwd_{tag}_zoneout_semeniuta", gru_bwd, "tf32", dict(bwd, HAS_ZG=True, HAS_ZONE=True), plan.stages_b
     for name, averaging in (("sgd", False), ("asgd", True)):
         yield (f"update_{name}", update_kernel.clipped_update, "tf32",
-               dict(LR_ON_DEVICE=averaging, AVERAGE=averaging, BLOCK=update.BLOCK), launch.NUM_STAGES)
+               dict(AVERAGE=averaging, BLOCK=update.BLOCK), launch.NUM_STAGES)
 
 
 def stripped_ptx(ptx: str) -> str:

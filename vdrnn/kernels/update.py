@@ -68,11 +68,10 @@ def clipped_update(optimizer: torch.optim.Optimizer, max_norm: float) -> torch.T
             if not (p.is_contiguous() and p.grad.is_contiguous()):
                 raise ValueError("the folded update reads parameters and gradients as flat, contiguous memory")
             n = p.numel()
-            state = states[i] if averaging else None
-            kernel[(launch.cdiv(n, BLOCK),)](
-                p, p.grad, state["ax"] if averaging else p, factor, state["eta"] if averaging else factor,
-                state["mu"] if averaging else factor, n, float(group["lr"]), float(decay),
-                LR_ON_DEVICE=averaging, AVERAGE=averaging, BLOCK=BLOCK, num_warps=NUM_WARPS)
+            # SGD reads no running mean, eta or mu: any tensor stands in for their pointers.
+            ax, eta, mu = (states[i][k] for k in ("ax", "eta", "mu")) if averaging else (p, factor, factor)
+            kernel[(launch.cdiv(n, BLOCK),)](p, p.grad, ax, factor, eta, mu, n, float(group["lr"]), float(decay),
+                                             AVERAGE=averaging, BLOCK=BLOCK, num_warps=NUM_WARPS)
         if averaging:
             _next_eta_and_mu(group, states)
     return norm

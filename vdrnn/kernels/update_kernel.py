@@ -8,16 +8,16 @@ import triton.language as tl
 
 
 @triton.jit
-def clipped_update(p_ptr, g_ptr, ax_ptr, factor_ptr, lr_ptr, mu_ptr, n, lr, decay,
-                   LR_ON_DEVICE: tl.constexpr, AVERAGE: tl.constexpr, BLOCK: tl.constexpr):
-    """p <- p - lr (f g + decay p) over ``n`` values, f the clip's factor (a device scalar); the learning rate is
-    ``lr``, or with LR_ON_DEVICE the device scalar at lr_ptr (averaged SGD's eta). With AVERAGE also
-    ax <- ax + mu (p - ax) on the updated p, mu the device scalar at mu_ptr. Arithmetic in fp32."""
+def clipped_update(p_ptr, g_ptr, ax_ptr, factor_ptr, eta_ptr, mu_ptr, n, lr, decay,
+                   AVERAGE: tl.constexpr, BLOCK: tl.constexpr):
+    """p <- p - lr (f g + decay p) over ``n`` values, f the clip's factor (a device scalar). With AVERAGE (averaged
+    SGD) the learning rate is the device scalar eta at eta_ptr instead of ``lr``, and then ax <- ax + mu (p - ax) on
+    the updated p, mu the device scalar at mu_ptr. Arithmetic in fp32."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     live = offs < n
     factor = tl.load(factor_ptr).to(tl.float32)
-    if LR_ON_DEVICE:
-        rate = tl.load(lr_ptr).to(tl.float32)
+    if AVERAGE:
+        rate = tl.load(eta_ptr).to(tl.float32)
     else:
         rate = lr
     p = tl.load(p_ptr + offs, mask=live, other=0.0).to(tl.float32)
