@@ -203,8 +203,9 @@ def pack_weight(w_hh: torch.Tensor, dtype: torch.dtype, plan: Plan, mask: torch.
     gates = rows // hidden
     w_hh = w_hh.detach()
     if plan.w_cols == hidden and plan.hidden == hidden:
-        out = torch.empty(rows, hidden, device=w_hh.device, dtype=dtype)
-        return out.copy_(w_hh) if mask is None else torch.mul(w_hh, mask, out=out)
+        if mask is None:  # no copy where W_hh is stored in its own dtype already
+            return w_hh.to(dtype).contiguous()
+        return torch.mul(w_hh, mask, out=torch.empty(rows, hidden, device=w_hh.device, dtype=dtype))
     out = torch.empty(gates, plan.hidden, plan.w_cols, device=w_hh.device, dtype=dtype)
     live = out[:, :hidden, :hidden]
     if mask is None:
