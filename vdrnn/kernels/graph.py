@@ -49,9 +49,8 @@ class GraphedTrainStep:
         self.amp = amp
         self.sum_over_time = sum_over_time  # the objective is the NLL summed over steps (Zaremba, Gal)
         self.kl_scale = kl_scale  # learned dropout variances: their KL term's weight per token
-        self.params = [p for p in model.parameters() if p.requires_grad]
         self.weights = [p for p in weights_of(model) if p.requires_grad]  # what weight decay shrinks
-        device = self.params[0].device
+        device = next(model.parameters()).device
         if device.type != "cuda":
             raise ValueError("GraphedTrainStep needs the model on a CUDA device")
         self.tokens = torch.zeros(bptt, batch_size, dtype=torch.long, device=device)
