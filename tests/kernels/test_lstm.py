@@ -249,6 +249,30 @@ def test_a_detached_initial_state_gets_no_gradient_product(kind, monkeypatch):
         assert rel(g, r) < FP32_TOL
 
 
+@pytest.mark.parametrize("hidden", [32, 33])
+@pytest.mark.parametrize("used", [("y",), ("h",), ("c",), ("h", "c")])
+def test_unused_outputs_get_zero_gradients_made_at_the_kernels_units(used, hidden):
+    """Autograd hands the backward None for an output the loss does not use (a training step's h_T and c_T, carried
+    on detached): the gradients are the reference's all the same, and the output gradients the caller passed in are
+    left as they were (the kernels carry dL/dc back in place, in a buffer of their own)."""
+    steps, batch, inputs = STEPS, BATCH, INPUTS
+    x, h0, c0, *params = random_problem(steps, batch, inputs, hidden)
+    masks = make_masks("tied", steps, batch, inputs, hidden)
+    weights = {"y": torch.randn(steps, batch, hidden, device=DEVICE), "h": torch.randn(batch, hidden, device=DEVICE),
+               "c": torch.randn(batch, hidden, device=DEVICE)}
+    kept = {name: w.clone() for name, w in weights.items()}
+
+    def grads(fn):
+        y, (h, c) = fn(x, (h0, c0), tuple(params), masks)
+        outputs = {"y": y, "h": h, "c": c}
+        return torch.autograd.grad([outputs[n] for n in used], [x, h0, c0, *params],
+                                   grad_outputs=[weights[n] for n in used])
+
+    for g, r in zip(grads(lstm_fused), grads(lstm_reference), strict=True):
+        assert rel(g, r) < FP32_TOL
+    assert all(torch.equal(weights[n], kept[n]) for n in weights)
+
+
 def with_learned_masks(masks: LayerMasks) -> tuple[LayerMasks, list[torch.Tensor]]:
     """The masks as leaves that want gradients, as learned Gaussian noise (dropout.learn_alpha) makes them."""
     x, h = (m.clone().requires_grad_() for m in (masks.x, masks.h))

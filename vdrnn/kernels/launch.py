@@ -240,6 +240,15 @@ class Units:
             return t
         return torch.nn.functional.pad(t.unflatten(-1, (gates, self.hidden)), (0, self.padded - self.hidden)).flatten(-2)
 
+    def padded_grad(self, grad: torch.Tensor | None, like: torch.Tensor, writable: bool = False) -> torch.Tensor:
+        """An output's gradient [..., H] as the kernels read it: [..., HP] contiguous, in ``like``'s shape and fp32
+        for None (an output autograd left unmaterialized, its gradient zero). ``writable``: a tensor of its own, which
+        the kernels may overwrite (never the caller's gradient)."""
+        if grad is None:
+            return torch.zeros(like.shape, device=like.device, dtype=torch.float32)
+        padded = self.pad(grad.float() if writable else grad).contiguous()
+        return padded.clone() if writable and padded.data_ptr() == grad.data_ptr() else padded
+
     def unpad(self, t: torch.Tensor, gates: int = 1) -> torch.Tensor:
         """[..., gates*HP] -> [..., gates*H]: the live units of each gate."""
         if self.padded == self.hidden:

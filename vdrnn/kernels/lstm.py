@@ -111,10 +111,14 @@ class _FusedLSTM(torch.autograd.Function):
             x_proj, h0, c0, w_hh, w_mask, bias, zh, zc, c_scale, (zg, zone_c, zone_h), op_dtype, save_acts=True)
         ctx.save_for_backward(w_op, w_hh, w_mask, hz, cs, acts, margs[0], margs[5], h0, y,
                               *(m[0] for m in step_margs))
+        # An unused output's gradient stays None (a training step's h_T and c_T, carried on detached): the backward
+        # makes its zeros at the kernels' units itself, rather than autograd's at H units padded and copied.
+        ctx.set_materialize_grads(False)
         ctx.margs = margs[1:5] + margs[6:]
         ctx.step_strides = tuple(m[1:] for m in step_margs)
         ctx.plan = plan
         ctx.units = units
+        ctx.device_type = x_proj.device.type
         ctx.op_dtype = op_dtype
         return (units.unpad(y).contiguous(), units.unpad(h_last).contiguous(),
                 units.unpad(cs[-1]).clone(memory_format=torch.contiguous_format))
@@ -124,7 +128,7 @@ class _FusedLSTM(torch.autograd.Function):
     def backward(ctx, dy, dh_t, dc_t):
         # The products below pick their dtypes explicitly; an autocast still active on the calling
         # thread (CPU backward runs there) must not recast them.
-        with torch.autocast(dy.device.type, enabled=False):
+        with torch.autocast(ctx.device_type, enabled=False):
             return _FusedLSTM._backward(ctx, dy, dh_t, dc_t)
 
     @staticmethod
@@ -135,10 +139,10 @@ class _FusedLSTM(torch.autograd.Function):
         (sgt, sgb, has_g), (szct, szcb, has_zone_c), (szht, szhb, has_zone_h) = ctx.step_strides
         plan, units = ctx.plan, ctx.units
         xp_dtype, h0_dtype, c0_dtype, w_dtype, b_dtype = ctx.dtypes
-        dy, dh_t = units.pad(dy).contiguous(), units.pad(dh_t).contiguous()
-        dc = units.pad(dc_t).float().clone()  # dL/dc_t, carried back in place by the kernels
-        steps, batch, hidden = dy.shape  # hidden: the kernels' HP units
-        dev = dy.device
+        steps, batch, hidden = y.shape  # hidden: the kernels' HP units
+        dev = y.device
+        dy, dh_t = units.padded_grad(dy, y), units.padded_grad(dh_t, y[0])
+        dc = units.padded_grad(dc_t, y[0], writable=True)  # dL/dc_t, carried back in place by the kernels
         dgates = torch.empty(steps, batch, LSTM_GATES * hidden, device=dev, dtype=torch.float32)
         # The backward's products run in the forward's product dtype (TF32 on fp32 operands, or bf16), W converted
         # to it as it is loaded where it is stored in fp16 (``stored_dtype``); gradients are never stored in fp16.
