@@ -11,7 +11,7 @@ from vdrnn.cells.common import masked_linear
 from vdrnn.cells.gru import GRU_GATES, GRULayer, gru_reference
 from vdrnn.cells.lstm import LSTMLayer, lstm_reference
 from vdrnn.cells.rnn import RNNLayer, rnn_reference
-from vdrnn.dropout import LayerMasks, bernoulli_mask
+from vdrnn.dropout import LayerMasks, bernoulli_mask, weight_drop
 
 RNN_GATES = GATES["rnn"]
 T, B, D, H = 7, 3, 5, 6
@@ -117,7 +117,7 @@ def test_cell_mask_on_a_gru_is_refused():
 def test_weight_drop_on_a_single_state_layer_is_refused_not_ignored(layer_cls):
     layer = layer_cls(D, H)
     with pytest.raises(ValueError, match="weight-drop mask"):
-        layer(torch.randn(T, B, D), torch.zeros(B, H), LayerMasks(w_hh=torch.ones(layer.gates * H, H)))
+        layer(torch.randn(T, B, D), torch.zeros(B, H), LayerMasks(w_hh=weight_drop((layer.gates * H, H), 0.5, torch.empty(0))))
 
 
 def test_lstm_per_gate_masks_follow_gals_equation_5():

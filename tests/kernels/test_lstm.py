@@ -36,6 +36,7 @@ from vdrnn.dropout import (
     bernoulli_mask,
     gaussian_mask,
     make_dropout,
+    weight_drop,
 )
 from vdrnn.dropout.masks import constant_over, zoneout_draws
 from vdrnn.kernels import common, gemm, launch
@@ -173,11 +174,11 @@ def test_packed_weight_pads_each_gate_with_zeros():
 @pytest.mark.parametrize("hidden", [5, 16])  # padded, and packed as it is
 def test_packed_weight_carries_weight_drops_mask(hidden):
     """AWD's mask multiplies W_hh as it is packed, in the stored dtype; the padding stays zero."""
-    w, mask = torch.randn(4 * hidden, hidden), bernoulli_mask((4 * hidden, hidden), 0.5, torch.empty(0))
+    w, mask = torch.randn(4 * hidden, hidden), weight_drop((4 * hidden, hidden), 0.5, torch.empty(0))
     plan = launch.Plan(3, 16, torch.device("cpu"))
     packed = launch.pack_weight(w, torch.float16, plan, mask).view(4, 16, plan.w_cols)
     assert packed.dtype == torch.float16
-    torch.testing.assert_close(packed[:, :hidden, :hidden], (w * mask).half().view(4, hidden, hidden))
+    torch.testing.assert_close(packed[:, :hidden, :hidden], (w * mask.dense()).half().view(4, hidden, hidden))
     packed[:, :hidden, :hidden] = 0
     assert packed.abs().max().item() == 0
 
@@ -637,7 +638,7 @@ def test_a_weight_dropped_layer_on_the_fused_path_matches_the_reference(monkeypa
     x = torch.randn(5, 3, 7, device=DEVICE)
     state = (torch.randn(3, hidden, device=DEVICE, requires_grad=True),
              torch.randn(3, hidden, device=DEVICE, requires_grad=True))
-    masks = LayerMasks(x=bernoulli_mask((3, 7), 0.4, x), w_hh=bernoulli_mask((4 * hidden, hidden), 0.5, x))
+    masks = LayerMasks(x=bernoulli_mask((3, 7), 0.4, x), w_hh=weight_drop((4 * hidden, hidden), 0.5, x))
     results = []
     for run in ("fast", "reference"):
         w_ih, w_hh, b_ih, b_hh = layer.parameters_tuple()
@@ -646,11 +647,11 @@ def test_a_weight_dropped_layer_on_the_fused_path_matches_the_reference(monkeypa
             with torch.no_grad():
                 inferred = layer(x, state, masks)[0]
         else:
-            y, (h, c) = lstm_reference(x, state, (w_ih, w_hh * masks.w_hh, b_ih, b_hh), LayerMasks(x=masks.x))
+            y, (h, c) = lstm_reference(x, state, (w_ih, w_hh * masks.w_hh.dense(), b_ih, b_hh), LayerMasks(x=masks.x))
         grads = torch.autograd.grad(y.square().sum() + h.sum() + c.sum(), (*layer.parameters_tuple(), *state))
         results.append((y, h, c, *grads))
     assert len(calls) == 2  # the layer's calls, with and without gradients
     torch.testing.assert_close(inferred, results[1][0], rtol=FP32_TOL, atol=FP32_TOL)
-    assert torch.all(results[0][4][masks.w_hh == 0] == 0)  # the raw W_hh's gradient
+    assert torch.all(results[0][4][~masks.w_hh.keep] == 0)  # the raw W_hh's gradient
     for a, b in zip(*results, strict=True):
         torch.testing.assert_close(a, b, rtol=FP32_TOL, atol=FP32_TOL)

@@ -55,7 +55,7 @@ class LSTMLayer(nn.Module):
             # Weight drop: a new W_hh for this minibatch, computed from the raw parameter, which thus gets the
             # gradients and is never modified in place.
             w_ih, w_hh, b_ih, b_hh = params
-            params = (w_ih, w_hh * masks.w_hh, b_ih, b_hh)
+            params = (w_ih, masks.w_hh.apply(w_hh), b_ih, b_hh)
         if masked_recurrence:
             return lstm_reference(x, state, params, masks)
         if masks.x is not None:  # fresh-per-step or fixed-over-time input mask, the same for all gates

@@ -44,7 +44,15 @@ import pkgutil
 
 from vdrnn.dropout import schemes
 from vdrnn.dropout.config import DropoutConfig
-from vdrnn.dropout.masks import LayerMasks, bernoulli_mask, gaussian_mask, keep_mask, words_of
+from vdrnn.dropout.masks import (
+    LayerMasks,
+    WeightDrop,
+    bernoulli_mask,
+    gaussian_mask,
+    keep_mask,
+    weight_drop,
+    words_of,
+)
 from vdrnn.dropout.registry import SCHEMES, in_table_order, make_dropout
 from vdrnn.dropout.scheme import DropoutScheme
 
@@ -52,5 +60,5 @@ from vdrnn.dropout.scheme import DropoutScheme
 for _module in pkgutil.iter_modules(schemes.__path__):
     importlib.import_module(f"{schemes.__name__}.{_module.name}")
 
-__all__ = ["SCHEMES", "DropoutConfig", "DropoutScheme", "LayerMasks", "bernoulli_mask", "gaussian_mask",
-           "in_table_order", "keep_mask", "make_dropout", "words_of"]
+__all__ = ["SCHEMES", "DropoutConfig", "DropoutScheme", "LayerMasks", "WeightDrop", "bernoulli_mask", "gaussian_mask",
+           "in_table_order", "keep_mask", "make_dropout", "weight_drop", "words_of"]

@@ -28,6 +28,39 @@ def bernoulli_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torc
     return keep_mask(shape, p, like).div_(1.0 - p)
 
 
+@dataclass(frozen=True)
+class WeightDrop:
+    """AWD's weight-drop mask on a weight W [G*H, H]: the dropped weight is W * keep * scale, ``keep`` [G*H, H] bool
+    (True with probability 1-p), ``scale`` 1/(1-p) (inverted, as F.dropout on the weight).
+
+    The mask is kept one byte an entry, not as the float mask keep * scale: it is drawn, read as W is dropped, and
+    read again as W's gradient is masked at every step, and at AWD's 4 x 1150 x 1150 weights each float pass is 21 MB.
+    """
+
+    keep: torch.Tensor
+    scale: float
+    zero: torch.Tensor  # 0.0 on keep's device, the term addcmul adds to: made once with the draw, not at each use
+
+    def apply(self, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """w * keep * scale in one pass, written to ``out`` (any float dtype, any strides) where given; ``w`` may be
+        viewed in another shape of the same entries ([G, H, H] for [G*H, H])."""
+        import torch
+
+        return torch.addcmul(self.zero, w, self.keep.view(w.shape), value=self.scale, out=out)
+
+    def dense(self) -> torch.Tensor:
+        """The float mask keep * scale (fp32): 0 or 1/(1-p) for each entry."""
+        return self.keep * self.scale
+
+
+def weight_drop(shape: tuple[int, ...], p: float, like: torch.Tensor) -> WeightDrop:
+    """A weight-drop mask for a weight of ``shape``, each entry dropped with probability p."""
+    import torch
+
+    keep = torch.empty(shape, device=like.device, dtype=torch.bool).bernoulli_(1.0 - p)
+    return WeightDrop(keep, 1.0 / (1.0 - p), torch.zeros((), device=like.device))
+
+
 def gaussian_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
     """Multiplicative Gaussian noise N(1, alpha), alpha = p / (1 - p): the mean and variance of the inverted
     Bernoulli mask of the same p (Srivastava et al. 2014, sec. 10)."""
@@ -98,8 +131,8 @@ class LayerMasks:
     ``h``: applied to h_{t-1} before the recurrent product. [B, H] or [B, G, H] with ``per_gate``.
     ``c``: Moon's cell mask, [B, H], values in {0, 1} ({0, 1/(1-p)} with ``cell_scale=c``).
     ``c_scale``: applied to h_t: 1/(1-p_cell) so that E[h_t] is preserved (1 with ``cell_scale=c``).
-    ``w_hh``: AWD's weight-drop mask [G*H, H] on the recurrent weight, one for the whole minibatch.
-      It leaves the recurrence a plain LSTM (with other weights), so cuDNN still runs it.
+    ``w_hh``: AWD's weight-drop mask on the recurrent weight (:class:`WeightDrop`, [G*H, H]), one for the whole
+      minibatch. It leaves the recurrence a plain LSTM (with other weights), so cuDNN still runs it.
     ``g``: Semeniuta's mask on the candidate update (the LSTM's g_t, the GRU's n_t), values {0, 1/(1-p)}: [T, B, H]
       fresh per step or [B, H] fixed over the sequence.
     ``zone_c``, ``zone_h``: zoneout's chance of keeping c_{t-1} / h_{t-1} for each unit at each step, [T, B, H]: the
@@ -111,7 +144,7 @@ class LayerMasks:
     h: torch.Tensor | None = None
     c: torch.Tensor | None = None
     c_scale: float = 1.0
-    w_hh: torch.Tensor | None = None
+    w_hh: WeightDrop | None = None
     per_gate: bool = False
     g: torch.Tensor | None = None
     zone_c: torch.Tensor | None = None

@@ -7,6 +7,8 @@ import os
 
 import torch
 
+from vdrnn.dropout.masks import WeightDrop
+
 SM_COUNT: dict[int, int] = {}
 SMEM: dict[int, int] = {}
 CAPABILITY: dict[int, tuple[int, int]] = {}
@@ -191,10 +193,10 @@ def plan_for(x_proj: torch.Tensor, hidden: int, zh: torch.Tensor | None, stored:
     return Plan(x_proj.shape[1], hidden, x_proj.device, gates, operands, stored.itemsize, one_gate_kernel)
 
 
-def pack_weight(w_hh: torch.Tensor, dtype: torch.dtype, plan: Plan, mask: torch.Tensor | None = None) -> torch.Tensor:
+def pack_weight(w_hh: torch.Tensor, dtype: torch.dtype, plan: Plan, mask: WeightDrop | None = None) -> torch.Tensor:
     """W_hh [G*H, H] in ``dtype`` (``stored_dtype``'s) as [G*HP, w_cols]: each gate's rows zero-padded to the plan's
-    HP units (:class:`Units`) and every row to ``plan.w_cols`` columns; times ``mask`` [G*H, H] where given (AWD's
-    weight drop, M / (1-p)).
+    HP units (:class:`Units`) and every row to ``plan.w_cols`` columns; dropped by ``mask`` where given (AWD's weight
+    drop, W_hh * M / (1-p)).
 
     Aligned rows give full-width loads, and the zero tail lets the kernels read whole blocks of a row without masking
     the columns. The mask is applied as W_hh is written in ``dtype``: the dropped W_hh is never stored in fp32.
@@ -205,13 +207,13 @@ def pack_weight(w_hh: torch.Tensor, dtype: torch.dtype, plan: Plan, mask: torch.
     if plan.w_cols == hidden and plan.hidden == hidden:
         if mask is None:  # no copy where W_hh is stored in its own dtype already
             return w_hh.to(dtype).contiguous()
-        return torch.mul(w_hh, mask, out=torch.empty(rows, hidden, device=w_hh.device, dtype=dtype))
+        return mask.apply(w_hh, out=torch.empty(rows, hidden, device=w_hh.device, dtype=dtype))
     out = torch.empty(gates, plan.hidden, plan.w_cols, device=w_hh.device, dtype=dtype)
     live = out[:, :hidden, :hidden]
     if mask is None:
         live.copy_(w_hh.view(gates, hidden, hidden))
     else:
-        torch.mul(w_hh.view(gates, hidden, hidden), mask.view(gates, hidden, hidden), out=live)
+        mask.apply(w_hh.view(gates, hidden, hidden), out=live)
     # Only the tails: zeroing all of it first would write W_hh's size twice.
     out[:, :hidden, hidden:].zero_()
     out[:, hidden:].zero_()
@@ -255,11 +257,13 @@ class Units:
             return t
         return t.unflatten(-1, (gates, self.padded))[..., :self.hidden].flatten(-2)
 
-    def unpad_weight(self, w: torch.Tensor, gates: int, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """[gates*HP, HP] -> [gates*H, H]: each gate's rows and the columns of the live units, times ``mask``
-        [gates*H, H] where given (weight drop's, whose dropped entries get no gradient): one pass, the product
-        reading the live units in place."""
+    def unpad_weight(self, w: torch.Tensor, gates: int, mask: WeightDrop | None = None) -> torch.Tensor:
+        """[gates*HP, HP] -> [gates*H, H]: each gate's rows and the columns of the live units, times weight drop's
+        ``mask`` [gates*H, H] where given (its dropped entries get no gradient): one pass, the product reading the live
+        units in place."""
         live = w.view(gates, self.padded, self.padded)[:, :self.hidden, :self.hidden]
         if mask is None:
             return live.reshape(gates * self.hidden, self.hidden)
-        return torch.mul(live, mask.view(gates, self.hidden, self.hidden)).view(gates * self.hidden, self.hidden)
+        out = torch.empty(gates * self.hidden, self.hidden, device=w.device, dtype=w.dtype)
+        mask.apply(live, out=out.view(gates, self.hidden, self.hidden))
+        return out

@@ -109,8 +109,8 @@ class _FusedLSTM(torch.autograd.Function):
         # From here on the kernels' HP units; the results are sliced back to H on the way out.
         units, plan, w_op, margs, step_margs, h0, (y, h_last, cs, acts, hz) = _padded_forward(
             x_proj, h0, c0, w_hh, w_mask, bias, zh, zc, c_scale, (zg, zone_c, zone_h), op_dtype, save_acts=True)
-        ctx.save_for_backward(w_op, w_hh, w_mask, hz, cs, acts, margs[0], margs[5], h0, y,
-                              *(m[0] for m in step_margs))
+        ctx.save_for_backward(w_op, w_hh, hz, cs, acts, margs[0], margs[5], h0, y, *(m[0] for m in step_margs))
+        ctx.w_mask = w_mask  # a WeightDrop (its tensors made for this minibatch, neither inputs nor outputs) or None
         # An unused output's gradient stays None (a training step's h_T and c_T, carried on detached): the backward
         # makes its zeros at the kernels' units itself, rather than autograd's at H units padded and copied.
         ctx.set_materialize_grads(False)
@@ -134,7 +134,8 @@ class _FusedLSTM(torch.autograd.Function):
     @staticmethod
     def _backward(ctx, dy, dh_t, dc_t):
         bwd = _steps().bwd_step
-        w_op, w_hh, w_mask, hz, cs, acts, zh, zc, h0, y, zg, zone_c, zone_h = ctx.saved_tensors
+        w_op, w_hh, hz, cs, acts, zh, zc, h0, y, zg, zone_c, zone_h = ctx.saved_tensors
+        w_mask = ctx.w_mask
         szb, szg, has_zh, per_gate, has_zc, c_scale = ctx.margs
         (sgt, sgb, has_g), (szct, szcb, has_zone_c), (szht, szhb, has_zone_h) = ctx.step_strides
         plan, units = ctx.plan, ctx.units
@@ -178,7 +179,7 @@ class _FusedLSTM(torch.autograd.Function):
             dw = dg_op.view(steps * batch, -1).t() @ hz[0]
         dh0 = None
         if ctx.needs_input_grad[1]:  # not in training: h_0 is the state carried from the batch before, detached
-            w_used = w_hh if w_mask is None else w_hh * w_mask  # the W_hh the forward ran: weight-dropped
+            w_used = w_hh if w_mask is None else w_mask.apply(w_hh)  # the W_hh the forward ran: weight-dropped
             dh0 = common.initial_state_grad(dg_op[0], w_op, w_used, zh if has_zh else None, per_gate, units, op_dtype)
             if has_zone_h:  # what reached h_0 around the first step's update
                 dh0 = dh0 + units.unpad(carry)

@@ -9,14 +9,14 @@
   (``hidden``, dropouth 0.3) and on the output (``output``, 0.4): [B, D] per sample, the same at every step
   ([1, D] shared by the batch with ``locked_mask=batch``);
 - weight drop (``weight``, 0.5): M [4H, H] drawn **once per minibatch**, shared by all samples and steps (a per-sample
-  W_hh would be a [B, 4H, H] tensor). The raw W_hh is the parameter: it receives the gradients and is never
-  overwritten; evaluation uses it as it is;
+  W_hh would be a [B, 4H, H] tensor), kept as M itself (one byte an entry) and 1/(1-p) (``WeightDrop``). The raw
+  W_hh is the parameter: it receives the gradients and is never overwritten; evaluation uses it as it is;
 - scaling: inverted everywhere; MC: one W_hh mask is one sample, so MC runs its samples one per pass.
 
 The LSTM only, as the reference.
 """
 
-from vdrnn.dropout.masks import LayerMasks, bernoulli_mask, locked_mask
+from vdrnn.dropout.masks import LayerMasks, locked_mask, weight_drop
 from vdrnn.dropout.registry import register
 from vdrnn.dropout.schemes.variational import VariationalDropout
 
@@ -35,4 +35,4 @@ class AWDDropout(VariationalDropout):
         cfg = self.config
         w = cfg.weight
         return LayerMasks(x=locked_mask(x, (x.shape[2],), cfg.input_p(layer), cfg.locked_mask),
-                          w_hh=bernoulli_mask((gates * hidden_size, hidden_size), w, x) if w > 0 else None)
+                          w_hh=weight_drop((gates * hidden_size, hidden_size), w, x) if w > 0 else None)
