@@ -75,6 +75,29 @@ def test_each_shape_is_recorded_once_and_replays_the_eager_numbers_with_fresh_ma
     assert len(replayed) == 1  # a new key drops the graphs recorded under the old one
 
 
+@cuda
+def test_a_carried_state_lives_in_buffers_every_graph_shares():
+    """With carry, each replay reads the state from the buffers the graph before wrote it to, whatever their shapes:
+    the chain of states is eager's, the state returned is those buffers, and a state from elsewhere is copied in."""
+    weight = torch.randn(3, 3, device="cuda") / 3
+
+    def fn(x, state):
+        h = torch.tanh(x.sum(0) + state[0] @ weight)
+        return x.mean(), [h]
+
+    replayed = graphs.ShapeGraphs(fn, carry=(1, 1))
+    inputs = [torch.randn(n, 2, 3, device="cuda") for n in (3, 5, 3, 4, 5)]
+    state, eager = [torch.ones(2, 3, device="cuda")], [torch.ones(2, 3, device="cuda")]
+    for x in inputs:
+        mean, state = replayed(x, state)
+        e_mean, eager = fn(x, eager)
+        torch.testing.assert_close(state[0], eager[0])
+        assert mean.item() == e_mean.item()
+    assert len(replayed) == 3 and state[0] is replayed.carried[0]
+    _, fresh = replayed(inputs[0], [torch.zeros(2, 3, device="cuda")])  # a new stream starts from its own state
+    torch.testing.assert_close(fresh[0], fn(inputs[0], [torch.zeros(2, 3, device="cuda")])[1][0])
+
+
 def test_an_average_made_up_front_is_not_read_before_the_first_averaged_step(tmp_path):
     """Right after NT-ASGD's switch, ax is zeros: the weights validated, kept and evaluated stay the raw ones until
     averaged SGD has stepped (as with torch's lazily made state, which has no ax until then)."""

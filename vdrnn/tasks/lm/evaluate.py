@@ -74,7 +74,7 @@ def perplexity(model: LanguageModel, stream: torch.Tensor, batch_size: int, bptt
         scores = token_scores(logits.softmax(dim=-1), targets) if calibration is not None else ()
         return F.cross_entropy(logits, targets, reduction="sum").double(), state, scores
 
-    run = ShapeGraphs(nll_sum) if graphed else nll_sum
+    run = ShapeGraphs(nll_sum, carry=(1, 2)) if graphed else nll_sum  # the state, minibatch to minibatch
     total = torch.zeros((), device=device, dtype=torch.float64)
     count = 0
     for inputs, targets in minibatches(data, bptt):

@@ -114,7 +114,7 @@ class LanguageModelTrainer(EpochTrainer):
                     for layer in self.model.layers:
                         layer.weight_drop_on_kernels = isinstance(layer, LSTMLayer)
                 self.optimization.fold_clip = True  # one pass over the weights (vdrnn.kernels.update)
-                self._graphed = ShapeGraphs(self.train_step, keep=self.snapshot)
+                self._graphed = ShapeGraphs(self.train_step, keep=self.snapshot, carry=(2, 2))  # the state, step to step
             else:
                 self._graphed = GraphedTrainStep(self.model, self.optimization.optimizer, t.clip, d.batch_size,
                                                  d.bptt, t.gal_decay, t.amp, sum_over_time=t.loss == "sum_over_time",
