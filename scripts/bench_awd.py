@@ -195,7 +195,9 @@ def main() -> None:
         rows = bench(data_root, Path(scratch), args.steps, args.repeats, args.variants)
     commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                            text=True).stdout.strip()
-    provenance = (f"`python scripts/bench_awd.py{' --check' if args.check else ''} --steps {args.steps}`; "
+    options = [*(["--check"] if args.check else []), f"--steps {args.steps}", f"--repeats {args.repeats}",
+               *([f"--variants {' '.join(args.variants)}"] if args.variants != list(VARIANTS) else [])]
+    provenance = (f"`python scripts/bench_awd.py {' '.join(options)}`; "
                   f"{torch.cuda.get_device_name()}, torch {torch.__version__}, Python {platform.python_version()}; "
                   f"commit {commit or 'unknown'}; {datetime.date.today()}")
     text = "\n".join(["# AWD-LSTM step and evaluation", "", provenance, "", *checks, "", table(rows), ""])
