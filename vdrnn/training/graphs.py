@@ -15,7 +15,7 @@ change drops every graph. Outputs are cloned after each replay: another graph's 
 
 A recurrent state that each call returns and the next takes (``carry``) lives in one set of buffers that every graph
 reads and, as its last work, overwrites with the state it returns: passed back as it came, the state is neither
-copied in nor cloned out (six copies each way for AWD's three layers, a tenth of a millisecond a step).
+copied in nor cloned out (six small copies each way a step for AWD's three layers).
 
     graphs = ShapeGraphs(train_step, keep=snapshot, carry=(2, 2))  # snapshot() -> restore(): warm-up must not train
     loss, grad_norm, state = graphs(inputs, targets, state, lr, key=optimizer)
