@@ -195,6 +195,13 @@ def test_ptb_rows_go_small_medium_large_then_other_sizes(tmp_path):
     assert [row["size"] for row in ptb_rows(tmp_path)] == ["small", "medium", "large", "300 units"]
 
 
+def test_a_grids_rows_go_in_the_order_of_their_numbers(tmp_path):
+    for weight in (1000, 30, 300, 1):
+        fake_ptb_run(tmp_path / "runs" / f"kl{weight}", 1, [f"dropout.kl_weight={weight}"],
+                     dropout={**MEDIUM_VARIATIONAL, "kl_weight": weight})
+    assert [row["row"].split("=")[-1] for row in ptb_rows(tmp_path)] == ["1]", "30]", "300]", "1000]"]
+
+
 def test_overlapping_folders_count_each_run_once(tmp_path, monkeypatch):
     runs = tmp_path / "runs"
     fake_ptb_run(runs / "s1", 1, [])

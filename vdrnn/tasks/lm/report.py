@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vdrnn.report.evaluations import Metric, evaluation_columns, evaluation_table
-from vdrnn.report.found import by_dataset
+from vdrnn.report.found import by_dataset, numbers_as_numbers
 from vdrnn.report.plots import draw_curves, reliability_figure, save_curves
 from vdrnn.report.rows import (
     QUIET_OVERRIDES,
@@ -67,7 +67,9 @@ def collect_ptb(found: list[tuple[Path, dict[str, Any]]], pooled: tuple[str, ...
     rows = group_runs(found, ptb_identity, PtbRow, lambda epoch: epoch["valid_ppl"], pooled)
 
     def order(row: PtbRow):
-        return rank(SIZE_ORDER, row.size), rank(ROW_ORDER, row.name), row.name, row.dropout, row.setting
+        # Numbers in a label read as numbers: a grid's rows go kl_weight=30, 300, 1000 rather than 1000, 30, 300.
+        labels = (numbers_as_numbers(label) for label in (row.name, row.dropout, row.setting))
+        return rank(SIZE_ORDER, row.size), rank(ROW_ORDER, row.name), *labels
 
     return sorted(rows, key=order)
 
