@@ -157,6 +157,26 @@ def test_fused_gru_skips_the_product_for_a_detached_initial_state(kind, monkeypa
         assert rel(g, r) < FP32_TOL
 
 
+@pytest.mark.parametrize("hidden", [32, 33])
+@pytest.mark.parametrize("used", ["y", "h"])
+def test_fused_gru_unused_outputs_get_zero_gradients_made_at_the_kernels_units(used, hidden):
+    """Autograd hands the backward None for an output the loss does not use (a classifier reads h_T only): the
+    gradients are the reference's all the same, and the output gradient the caller passed in is left as it was."""
+    steps, batch, inputs = 3, 3, 7
+    x, h0, *params = random_problem(steps, batch, inputs, hidden)
+    masks = make_masks("tied", steps, batch, inputs, hidden)
+    weight = dict(zip("yh", loss_weights(steps, batch, hidden), strict=True))[used]
+    kept = weight.clone()
+
+    def grads(fn):
+        y, h = fn(x, h0, tuple(params), masks)
+        return torch.autograd.grad({"y": y, "h": h}[used], [x, h0, *params], grad_outputs=weight)
+
+    for g, r in zip(grads(gru_fused), grads(gru_reference), strict=True):
+        assert rel(g, r) < FP32_TOL
+    assert torch.equal(weight, kept)
+
+
 @pytest.mark.parametrize("multiple,units", [(1, 13), (16, 16)])
 @pytest.mark.parametrize("kind", ["tied", "untied", "semeniuta_zoneout_untied"])
 def test_fused_gru_dead_units_change_nothing(kind, multiple, units, monkeypatch):

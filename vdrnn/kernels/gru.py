@@ -126,6 +126,10 @@ class _FusedGRU(torch.autograd.Function):
         units, plan, w_op, margs, cargs, (y, hs, acts, hz) = _padded_forward(x_proj, h0, w_hh, b_hh, zh, g, zone,
                                                                              op_dtype, save_acts=True)
         ctx.save_for_backward(w_op, w_hh, hs, hz, acts, margs[0], *cargs[:2])
+        # An unused output's gradient stays None (a classifier's y, a language model's carried h_T): the backward makes
+        # its zeros at the kernels' units itself, as the LSTM's.
+        ctx.set_materialize_grads(False)
+        ctx.device_type = x_proj.device.type
         ctx.margs = margs[1:]
         ctx.cargs = cargs[2:]
         ctx.plan = plan
@@ -138,7 +142,7 @@ class _FusedGRU(torch.autograd.Function):
     def backward(ctx, dy, dh_t):
         # The products below pick their dtypes explicitly; an autocast still active on the calling
         # thread (CPU backward runs there) must not recast them.
-        with torch.autocast(dy.device.type, enabled=False):
+        with torch.autocast(ctx.device_type, enabled=False):
             return _FusedGRU._backward(ctx, dy, dh_t)
 
     @staticmethod
@@ -149,9 +153,9 @@ class _FusedGRU(torch.autograd.Function):
         cstrides, has_g, has_zone = ctx.cargs
         plan, units = ctx.plan, ctx.units
         xp_dtype, h0_dtype, w_dtype, b_dtype = ctx.dtypes
-        dy = units.pad(dy).contiguous()
+        dy = units.padded_grad(dy, hs[1:])
         # (z_{t+1} (1 - d_{t+1}) + d_{t+1}) * dL/dh_{t+1}, carried back in place; dL/dh_T to start
-        carry = units.pad(dh_t).float().clone()
+        carry = units.padded_grad(dh_t, hs[0], writable=True)
         steps, batch, hidden = dy.shape  # hidden: the kernels' HP units
         three_h = GRU_GATES * hidden
         dev = dy.device
