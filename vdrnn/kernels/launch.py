@@ -4,10 +4,12 @@ run (:class:`Units`), and W_hh packed for them (:func:`pack_weight`). Shared by 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import torch
 
-from vdrnn.dropout.masks import WeightDrop
+if TYPE_CHECKING:
+    from vdrnn.dropout.masks import WeightDrop
 
 SM_COUNT: dict[int, int] = {}
 SMEM: dict[int, int] = {}
