@@ -178,7 +178,7 @@ def test_packed_weight_carries_weight_drops_mask(hidden):
     plan = launch.Plan(3, 16, torch.device("cpu"))
     packed = launch.pack_weight(w, torch.float16, plan, mask).view(4, 16, plan.w_cols)
     assert packed.dtype == torch.float16
-    torch.testing.assert_close(packed[:, :hidden, :hidden], (w * mask.dense()).half().view(4, hidden, hidden))
+    torch.testing.assert_close(packed[:, :hidden, :hidden], (w * mask.keep * mask.scale).half().view(4, hidden, hidden))
     packed[:, :hidden, :hidden] = 0
     assert packed.abs().max().item() == 0
 
@@ -647,7 +647,8 @@ def test_a_weight_dropped_layer_on_the_fused_path_matches_the_reference(monkeypa
             with torch.no_grad():
                 inferred = layer(x, state, masks)[0]
         else:
-            y, (h, c) = lstm_reference(x, state, (w_ih, w_hh * masks.w_hh.dense(), b_ih, b_hh), LayerMasks(x=masks.x))
+            dropped = w_hh * masks.w_hh.keep * masks.w_hh.scale
+            y, (h, c) = lstm_reference(x, state, (w_ih, dropped, b_ih, b_hh), LayerMasks(x=masks.x))
         grads = torch.autograd.grad(y.square().sum() + h.sum() + c.sum(), (*layer.parameters_tuple(), *state))
         results.append((y, h, c, *grads))
     assert len(calls) == 2  # the layer's calls, with and without gradients

@@ -48,10 +48,6 @@ class WeightDrop:
 
         return torch.addcmul(self.zero, w, self.keep.view(w.shape), value=self.scale, out=out)
 
-    def dense(self) -> torch.Tensor:
-        """The float mask keep * scale (fp32): 0 or 1/(1-p) for each entry."""
-        return self.keep * self.scale
-
 
 def weight_drop(shape: tuple[int, ...], p: float, like: torch.Tensor) -> WeightDrop:
     """A weight-drop mask for a weight of ``shape``, each entry dropped with probability p."""

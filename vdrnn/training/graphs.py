@@ -109,7 +109,8 @@ class ShapeGraphs:
         if self.carry is not None:  # the carried argument's tensors: the shared buffers, made at the first record
             first = len(_tensors(args[:self.carry[1]]))
             carried = inputs[first:first + len(_tensors(args[self.carry[1]]))]
-            self.carried = carried if self.carried is None else self.carried
+            if self.carried is None:
+                self.carried = carried
             inputs[first:first + len(carried)] = self.carried
         buffers = _rebuild(args, iter(inputs))
         self._warm_up(buffers, 1 if self.warm else WARMUP_CALLS)
