@@ -202,6 +202,13 @@ def test_a_grids_rows_go_in_the_order_of_their_numbers(tmp_path):
     assert [row["row"].split("=")[-1] for row in ptb_rows(tmp_path)] == ["1]", "30]", "300]", "1000]"]
 
 
+def test_a_grids_probabilities_go_in_the_order_of_their_values(tmp_path):
+    for p in (0.5, 0.25, 0.05, 0.025):
+        fake_ptb_run(tmp_path / "runs" / f"h{p}", 1, [], dropout={**MEDIUM_VARIATIONAL, "recurrent": p})
+    assert [row["dropout"] for row in ptb_rows(tmp_path)] == [
+        f"emb 0.2, in 0.5, h {p}, out 0.5" for p in ("0.025", "0.05", "0.25", "0.5")]
+
+
 def test_overlapping_folders_count_each_run_once(tmp_path, monkeypatch):
     runs = tmp_path / "runs"
     fake_ptb_run(runs / "s1", 1, [])

@@ -11,10 +11,11 @@ from typing import Any
 from vdrnn.tasks import dataset_name
 
 
-def numbers_as_numbers(path: str | Path) -> list[str | int]:
-    """A sort key that reads the digits in a path as numbers, so that runs go seed 2, seed 10 rather than seed 10,
-    seed 2 (re.split with a group keeps text at the even places and numbers at the odd ones, so keys compare)."""
-    return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", str(path)))]
+def numbers_as_numbers(path: str | Path) -> list[str | float]:
+    """A sort key that reads the numbers in a path as numbers, decimals too, so that runs go seed 2, seed 10 rather
+    than seed 10, seed 2, and p 0.25, 0.5 rather than 0.5, 0.25 (re.split with a group keeps text at the even places
+    and numbers at the odd ones, so keys compare)."""
+    return [float(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+(?:\.\d+)?)", str(path)))]
 
 
 def files_named(name: str, folders: list[Path]) -> list[Path]:
