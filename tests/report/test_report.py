@@ -12,7 +12,7 @@ import pytest
 from tests.helpers import TINY, run_in_process
 from vdrnn import report
 from vdrnn.report.found import find_runs
-from vdrnn.report.plots import save_curves
+from vdrnn.report.plots import reliability_panel, save_curves
 from vdrnn.report.rows import base_settings, mean_std, scheme_name, settings
 from vdrnn.tasks.lm.report import collect_ptb, plot_ptb
 from vdrnn.tasks.sentiment.report import scheme_rank
@@ -419,6 +419,31 @@ def test_curve_panels_go_small_medium_large_then_other_sizes(tmp_path, monkeypat
     monkeypatch.setattr("vdrnn.tasks.lm.report.save_curves", save_curves)  # where plot_ptb finds it
     plot_ptb(collect_ptb(find_runs([tmp_path / "runs"])), tmp_path / "plot.png")
     assert titles == [f"PTB {size}: validation perplexity" for size in ("small", "medium", "large", "300 units")]
+
+
+def test_a_reliability_panel_names_the_model_size_of_its_row(tmp_path):
+    """Table 1's rows recur at each size with the same name; over a panel, without the table's size column, the
+    title says which model it shows, unless the name says it already (AWD-LSTM's size is "awd")."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bins = {"count": [10.0, 10.0], "right": [2.0, 7.0], "confidence": [3.0, 8.0]}
+    for row, size, hidden in (("Variational (tied weights)", "medium", 650),
+                              ("Variational (tied weights)", "large", 1500), ("AWD-LSTM (fine-tuned)", "awd", 1150)):
+        folder = tmp_path / "runs" / size
+        fake_ptb_run(folder, 1, [], hidden=hidden, paper={"table": 1, "row": row, "size": size})
+        metrics = json.loads((folder / "metrics.json").read_text())
+        (folder / "metrics.json").write_text(json.dumps({**metrics, "test_reliability": bins, "test_ece": 0.1}))
+    titles = []
+    for row in collect_ptb(find_runs([tmp_path / "runs"])):
+        fig, ax = plt.subplots()
+        reliability_panel(ax, row)
+        titles.append(ax.get_title().splitlines()[0])
+        plt.close(fig)
+    assert sorted(titles) == ["AWD-LSTM (fine-tuned) (n=1)", "Variational (tied weights), large (n=1)",
+                              "Variational (tied weights), medium (n=1)"]
 
 
 def test_every_point_of_the_curves_is_inside_the_frame(tmp_path, monkeypatch):

@@ -87,7 +87,7 @@ def reliability_panel(ax, row: Row) -> None:
     lim = max(0.0, math.floor(low * 10) / 10)
     ax.set(xlim=(lim, 1), ylim=(lim, 1), xlabel="confidence (bin mean)", ylabel="accuracy")
     # Rows named by their overrides can outgrow a panel: wrap them rather than let titles overlap.
-    ax.set_title(textwrap.fill(f"{row.label} (n={len(runs)})", 50) + f"\n{row.dropout}", fontsize=9)
+    ax.set_title(textwrap.fill(f"{row.title} (n={len(runs)})", 50) + f"\n{row.dropout}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
 

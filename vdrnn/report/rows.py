@@ -51,6 +51,12 @@ class Row:
         return (f"{self.name} [{self.setting}]" if self.setting else self.name) + smoke
 
     @property
+    def title(self) -> str:
+        """Its name where it stands alone, over a plot panel: the label; PtbRow adds the model size, which the
+        table gives a column of its own."""
+        return self.label
+
+    @property
     def overrides(self) -> str:
         """What its runs' command lines changed beyond the preset (see overrides_column)."""
         return overrides_column(self.runs, self.dirs, self.quiet)

@@ -43,6 +43,11 @@ class PtbRow(Row):
     quiet = QUIET_OVERRIDES
 
     @property
+    def title(self) -> str:
+        """The label and the model size, where the name does not say it already (AWD-LSTM's size is "awd")."""
+        return self.label if self.size.lower() in self.label.lower() else f"{self.label}, {self.size}"
+
+    @property
     def paper(self) -> dict[str, Any] | None:
         """Table 1's numbers for the row (metrics.json's ``paper``): its runs share them, as its name comes from them."""
         return self.runs[0].get("paper")
