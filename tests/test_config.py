@@ -43,7 +43,6 @@ NEEDS_SENTIMENT = {("cell", "gru"), ("cell", "rnn")}
 # A preset's header: `# @package _global_`, one line saying what it is, the command, and what it gives, in this form
 # (the Expect text may go on over one more line, or a `#   Note:` line may follow it).
 RUN, EXPECT, MORE, NOTE = "#   Run:    vdrnn train experiment=", "#   Expect: ", "#           ", "#   Note:   "
-UNMEASURED: set[str] = set()  # presets not yet run on a GPU: their headers say what they output
 # How vdrnn's measured numbers start the Expect text, by dataset (after "with <override>: " where they need one);
 # "± std" where there are several seeds.
 PM = r"( ± \d+\.\d+)?"
@@ -179,14 +178,11 @@ def test_every_preset_header_gives_its_command_and_the_numbers_to_expect(preset)
         assert f"val {cfg.paper.valid}, test {cfg.paper.test}" in expect, expect
         if cfg.paper.test_mc is not None:
             assert f"MC test {cfg.paper.test_mc}" in expect, expect
-    if preset in UNMEASURED:
-        assert not re.search(r"\bseeds?\b|H[12]00", expect), expect
-    else:
-        measured = expect.split("paper:")[0].split("reference README")[0]  # vdrnn's numbers come first
-        assert re.match(rf"(with [\w.=]+: )?{MEASURED[cfg.data.name]}", measured), measured
-        assert re.search(r"\b\d+ seeds?\b", measured) and re.search(r"\bH[12]00\b", measured), measured
-        if cfg.data.name == "ptb" and cfg.eval.mode == "mc":
-            assert re.search(r"MC test \d+\.\d", measured), measured
+    measured = expect.split("paper:")[0].split("reference README")[0]  # vdrnn's numbers come first
+    assert re.match(rf"(with [\w.=]+: )?{MEASURED[cfg.data.name]}", measured), measured
+    assert re.search(r"\b\d+ seeds?\b", measured) and re.search(r"\bH[12]00\b", measured), measured
+    if cfg.data.name == "ptb" and cfg.eval.mode == "mc":
+        assert re.search(r"MC test \d+\.\d", measured), measured
     text = CONF.joinpath("experiment", f"{preset}.yaml").read_text()
     # Of the project and its users only: no history of how its numbers were made, no folder of results.
     assert not re.search("|".join(("ses" + "sion", "lea" + "se", "device " + "tool", "the " + "issue", r"\.\./sha" + "red",
@@ -225,7 +221,7 @@ def test_the_schemes_after_the_paper_run_on_table_1s_medium_model_beside_its_row
     assert cfg.trainer.epochs == medium.trainer.epochs == 39 and cfg.trainer.lr_decay == medium.trainer.lr_decay
     assert composed(f"experiment={preset}").paper is None
     expect = assert_header_runs(preset)
-    assert preset in UNMEASURED or re.match(rf"{MEASURED['ptb']} \(\d seeds?, H[12]00[^)]*\)", expect), expect
+    assert re.match(rf"{MEASURED['ptb']} \(\d seeds?, H[12]00[^)]*\)", expect), expect
 
 
 @pytest.mark.parametrize("preset", [p for p in GAUSSIAN if p not in LEARNED])
