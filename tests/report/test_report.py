@@ -190,9 +190,9 @@ def test_learned_noise_rows_show_where_each_sites_p_ended_averaged_over_seeds(tm
 
 
 def test_ptb_rows_go_small_medium_large_then_other_sizes(tmp_path):
-    for hidden in (1500, 300, 200, 650):
+    for hidden in (1500, 1000, 300, 200, 650):
         fake_ptb_run(tmp_path / "runs" / f"h{hidden}", 1, [], hidden=hidden)
-    assert [row["size"] for row in ptb_rows(tmp_path)] == ["small", "medium", "large", "300 units"]
+    assert [row["size"] for row in ptb_rows(tmp_path)] == ["small", "medium", "large", "300 units", "1000 units"]
 
 
 def test_a_grids_rows_go_in_the_order_of_their_numbers(tmp_path):
@@ -405,7 +405,7 @@ def test_the_overrides_column_names_reruns_of_one_seed_by_their_folders(tmp_path
 
 def test_curve_panels_go_small_medium_large_then_other_sizes(tmp_path, monkeypatch):
     """The plot's panels in the table's size order, whatever order a set of sizes happens to have."""
-    for hidden in (1500, 300, 200, 650):
+    for hidden in (1500, 1000, 300, 200, 650):
         fake_ptb_run(tmp_path / "runs" / f"h{hidden}", 1, [], hidden=hidden)
         (tmp_path / "runs" / f"h{hidden}" / "metrics.jsonl").write_text(json.dumps({"valid_ppl": 100.0}) + "\n")
     titles = []
@@ -418,7 +418,8 @@ def test_curve_panels_go_small_medium_large_then_other_sizes(tmp_path, monkeypat
 
     monkeypatch.setattr("vdrnn.tasks.lm.report.save_curves", save_curves)  # where plot_ptb finds it
     plot_ptb(collect_ptb(find_runs([tmp_path / "runs"])), tmp_path / "plot.png")
-    assert titles == [f"PTB {size}: validation perplexity" for size in ("small", "medium", "large", "300 units")]
+    assert titles == [f"PTB {size}: validation perplexity"
+                      for size in ("small", "medium", "large", "300 units", "1000 units")]
 
 
 def test_a_reliability_panel_names_the_model_size_of_its_row(tmp_path):

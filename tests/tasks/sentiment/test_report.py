@@ -287,6 +287,14 @@ def test_sentiment_rows_follow_the_schemes_order_not_their_names(tmp_path):
     assert [r["row"] for r in imdb_rows(tmp_path)] == [f"LSTM · {s}" for s in ("none", "zaremba", "moon", "variational")]
 
 
+def test_rows_named_alike_go_in_the_order_of_the_numbers_that_tell_them_apart(tmp_path):
+    """trainer.epochs=40 before 100, as the numbers go, where the text would put 100 first."""
+    for epochs in (100, 40):
+        fake_run(tmp_path / "runs" / f"e{epochs}", "imdb", "lstm", "variational", "tied", 1, 0.85,
+                 trainer={"epochs": epochs})
+    assert [r["row"] for r in imdb_rows(tmp_path)] == [f"LSTM · variational [trainer.epochs={e}]" for e in (40, 100)]
+
+
 def test_rows_named_alike_are_named_by_every_setting_that_differs(tmp_path):
     """Two settings apart (epochs and clip): naming one alone would hide that the other changed too."""
     fake_run(tmp_path / "runs" / "a", "imdb", "lstm", "variational", "tied", 1, 0.85, trainer={"epochs": 20, "clip": 5})

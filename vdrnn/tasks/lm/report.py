@@ -104,8 +104,9 @@ def ptb_table(rows: list[PtbRow]) -> list[list[str]]:
 def plot_ptb(rows: list[PtbRow], path: Path, corpus: str = "PTB") -> None:
     """Validation perplexity per epoch, a panel per size, one line per row (mean over seeds, over the epochs all
     seeds reached)."""
-    # Known sizes in their order, others by name: a set's own order changes from run to run.
-    sizes = sorted({r.size for r in rows if r.curves}, key=lambda size: (rank(SIZE_ORDER, size), size))
+    # Known sizes in their order, others by their units (300 before 1000): a set's own order changes from run to run.
+    sizes = sorted({r.size for r in rows if r.curves}, key=lambda size: (rank(SIZE_ORDER, size),
+                                                                          numbers_as_numbers(size)))
     fig, axes = draw_curves({size: [r for r in rows if r.size == size and r.curves] for size in sizes},
                             lambda row: row.name)
     for ax, size in zip(axes, sizes, strict=False):  # no curves at all: one empty panel, untitled

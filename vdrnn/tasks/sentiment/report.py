@@ -11,7 +11,7 @@ from typing import Any
 
 from vdrnn.dropout import SCHEMES
 from vdrnn.report.evaluations import Metric, evaluation_columns, evaluation_table
-from vdrnn.report.found import by_dataset
+from vdrnn.report.found import by_dataset, numbers_as_numbers
 from vdrnn.report.plots import draw_curves, save_curves
 from vdrnn.report.rows import (
     QUIET_OVERRIDES,
@@ -85,7 +85,8 @@ def collect_sentiment(found: list[tuple[Path, dict[str, Any]]], kind: str,
     GRU, RNN x the schemes' table order."""
 
     def order(row: SentimentRow):
-        return rank(CELL_ORDER, row.cell), scheme_rank(row.scheme), row.label, row.dropout
+        # Numbers in a label read as numbers, as PTB's rows: trainer.epochs=40 before 100, not after.
+        return rank(CELL_ORDER, row.cell), scheme_rank(row.scheme), *map(numbers_as_numbers, (row.label, row.dropout))
 
     return sorted(group_runs(found, sentiment_identity, SentimentRow, CURVES[kind][0], pooled), key=order)
 
