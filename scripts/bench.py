@@ -45,7 +45,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vdrnn.config import ModelConfig  # noqa: E402
-from vdrnn.dropout import DropoutConfig, LayerMasks, bernoulli_mask, make_dropout  # noqa: E402
+from vdrnn.dropout import LayerMasks, bernoulli_mask  # noqa: E402
+from vdrnn.dropout.config import DropoutConfig  # noqa: E402
 from vdrnn.kernels import launch  # noqa: E402
 from vdrnn.kernels.graph import GraphedTrainStep  # noqa: E402
 from vdrnn.kernels.lstm import lstm_fused  # noqa: E402
@@ -78,7 +79,7 @@ def dropout_for(variant: str) -> DropoutConfig:
 def build(hidden: int, variant: str) -> tuple[LanguageModel, torch.optim.Optimizer]:
     impl = "reference" if variant.startswith("reference") else "fast"
     model = LanguageModel(VOCAB, ModelConfig(hidden_size=hidden, init_range=INIT[hidden], impl=impl),
-                          make_dropout(dropout_for(variant))).cuda().train()
+                          dropout_for(variant)).cuda().train()
     return model, torch.optim.SGD(model.parameters(), lr=1.0)
 
 
@@ -188,28 +189,23 @@ GRU_VARIANTS = ("cudnn", "reference-tied", "reference-untied", "fast-tied", "fas
 def gru_layer_step(hidden: int, variant: str, amp: str, device: str = "cuda"):
     """A closure running forward + backward of one GRU layer (batch 20 x 35) with ``variant``'s masks.
 
-    cudnn: nn.GRU with no recurrent mask (the anchor); reference / fast: Gal's masks (x 0.5, h 0.3),
-    tied or one per gate, through gru_reference or the fused kernels. Fresh masks every call, as a
-    training step draws them.
+    cudnn: vdrnn.nn.GRU without a scheme, cuDNN's (the anchor); reference / fast: Gal's masks (x 0.5, h 0.3), tied or
+    one per gate, through gru_reference or the fused kernels. Fresh masks every call, as a training step draws them.
     """
-    from vdrnn.cells.gru import GRU_GATES, GRULayer
+    from vdrnn.nn import GRU, Variational
 
-    layer = GRULayer(hidden, hidden, impl="reference" if variant.startswith("reference") else "fast").to(device)
+    scheme = None if variant == "cudnn" else Variational(
+        input=0.5, recurrent=0.3, gates="untied" if variant.endswith("untied") else "tied")
+    layer = GRU(hidden, hidden, dropout=scheme, impl="reference" if variant.startswith("reference") else "fast")
+    layer = layer.to(device).train()
     x = torch.randn(BPTT, BATCH, hidden, device=device)
-    h0 = torch.zeros(BATCH, hidden, device=device)
+    h0 = torch.zeros(1, BATCH, hidden, device=device)
     dtype = torch.bfloat16 if amp == "bf16" else None
-
-    def masks() -> LayerMasks:
-        if variant == "cudnn":
-            return LayerMasks()
-        shape = (BATCH, GRU_GATES) if variant.endswith("untied") else (BATCH,)
-        return LayerMasks(x=bernoulli_mask((*shape, hidden), 0.5, x), h=bernoulli_mask((*shape, hidden), 0.3, x),
-                          per_gate=variant.endswith("untied"))
 
     def step(*_):
         layer.zero_grad(set_to_none=True)
         with torch.autocast(device, dtype=dtype, enabled=dtype is not None):
-            y, h = layer(x, h0, masks())
+            y, h = layer(x, h0)
         (y.float().sum() + h.float().sum()).backward()
     return step
 
@@ -479,7 +475,7 @@ def mc_timing(data_dir: str, samples: int, batch: int, impls: list[str], amps: l
         torch.manual_seed(0)
         cfg = DropoutConfig(scheme="variational", embedding=0.2, input=0.5, recurrent=0.2, output=0.5,
                             per_gate=mask == "untied")
-        model = LanguageModel(len(vocab), ModelConfig(hidden_size=650, impl=impl), make_dropout(cfg)).cuda().eval()
+        model = LanguageModel(len(vocab), ModelConfig(hidden_size=650, impl=impl), cfg).cuda().eval()
         mc_perplexity(model, test[:2000], samples=batch, batch=batch, bptt=BPTT, amp=amp)  # warm-up / compile
         torch.cuda.synchronize()
         started = time.perf_counter()

@@ -16,7 +16,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from vdrnn.dropout import DropoutConfig, make_dropout
+from vdrnn.dropout.config import DropoutConfig
 from vdrnn.tasks.sentiment.config import SentimentModelConfig
 from vdrnn.tasks.sentiment.model import SentimentModel
 
@@ -43,7 +43,7 @@ def main() -> None:
     for cell, impl in ((c, i) for c in args.cells for i in args.impls):
         for name, dropout in SCHEMES.items():
             config = SentimentModelConfig(cell=cell, impl=impl)
-            model = SentimentModel(vocab, 2, config, make_dropout(dropout)).to(args.device)
+            model = SentimentModel(vocab, 2, config, dropout).to(args.device).train()
             optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
             tokens = torch.randint(0, vocab, (length, batch), device=args.device)
             lengths = torch.full((batch,), length, device=args.device)

@@ -92,11 +92,11 @@ def test_learned_alpha_is_trained_logged_and_kept_at_most_one(tmp_path, tiny_cor
     noise = metrics["noise"]
     assert {"alpha_input0", "alpha_recurrent1", "alpha_output", "p_recurrent0", "kl"} <= set(noise)
     state = torch.load(run / "best.pt", weights_only=True)["model"]
-    log_alpha = {k: v for k, v in state.items() if k.startswith("noise_scales.log_alpha.")}
+    log_alpha = {k: v for k, v in state.items() if k.startswith("rnn.noise.log_alpha.")}
     assert len(log_alpha) == 5 and all(v.max() <= 0 for v in log_alpha.values())
-    learned = log_alpha["noise_scales.log_alpha.input0"]
+    learned = log_alpha["rnn.noise.log_alpha.input0"]
     assert not torch.allclose(learned, torch.full_like(learned, math.log(0.3 / 0.7)))  # moved from alpha = p / (1 - p)
-    assert noise["alpha_input0"] == pytest.approx(log_alpha["noise_scales.log_alpha.input0"].exp().mean().item())
+    assert noise["alpha_input0"] == pytest.approx(log_alpha["rnn.noise.log_alpha.input0"].exp().mean().item())
     epochs = history(run)
     assert all("alpha_output" in record and "kl" in record for record in epochs)
     acc = events_of(run)
@@ -118,7 +118,7 @@ def test_concrete_rates_are_trained_logged_per_site_and_reported(tmp_path, tiny_
     assert {"p_input0", "p_recurrent0", "p_input1", "p_recurrent1", "p_output", "regularizer"} == set(noise)
     assert noise["p_input0"] != pytest.approx(0.1, abs=1e-6)  # learned, not left at the start
     state = torch.load(run / "best.pt", weights_only=True)["model"]
-    assert torch.sigmoid(state["noise_scales.p_logit.output"]).item() == pytest.approx(noise["p_output"])
+    assert torch.sigmoid(state["rnn.noise.p_logit.output"]).item() == pytest.approx(noise["p_output"])
     assert all("p_output" in record and "regularizer" in record for record in history(run))
     acc = events_of(run)
     assert {"noise/p_input0", "noise/p_recurrent1", "noise/regularizer"} <= set(acc.Tags()["scalars"])

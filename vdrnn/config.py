@@ -13,8 +13,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from vdrnn.cells import CELLS, IMPLS
-from vdrnn.dropout import SCHEMES, DropoutConfig, in_table_order
+from vdrnn.cells import IMPLS
+from vdrnn.dropout.config import SCHEMES, DropoutConfig, in_table_order
+from vdrnn.dropout.scheme import GATES
 from vdrnn.errors import ConfigError
 
 AMP_MODES = ("off", "bf16", "fp16")
@@ -39,7 +40,7 @@ class ModelConfig:
     impl: str = "auto"  # masked recurrences: auto (fast on CUDA, reference on CPU) | fast | reference
 
     def __post_init__(self) -> None:
-        if self.cell not in CELLS:
+        if self.cell not in GATES:
             raise ConfigError(f"cell.type={self.cell!r}; choose `cell=lstm`, `cell=gru` or `cell=rnn`")
         if self.gates not in ("tied", "untied"):
             raise ConfigError(f"cell.gates={self.gates!r}; choose `cell.gates=tied` or `cell.gates=untied`")

@@ -6,16 +6,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vdrnn.cells import GATES
+from tests.cells.common import Layer
 from vdrnn.cells.common import masked_linear
-from vdrnn.cells.gru import GRU_GATES, GRULayer, gru_reference
-from vdrnn.cells.lstm import LSTMLayer, lstm_reference
-from vdrnn.cells.rnn import RNNLayer, rnn_reference
-from vdrnn.dropout import LayerMasks, bernoulli_mask, weight_drop
+from vdrnn.cells.gru import GRU_GATES, gru_reference
+from vdrnn.cells.lstm import lstm_reference
+from vdrnn.cells.rnn import rnn_reference
+from vdrnn.dropout import GATES, LayerMasks, bernoulli_mask, weight_mask
 
 RNN_GATES = GATES["rnn"]
 T, B, D, H = 7, 3, 5, 6
-LAYERS = [(GRULayer, gru_reference, GRU_GATES), (RNNLayer, rnn_reference, RNN_GATES)]
+LAYERS = [("gru", gru_reference, GRU_GATES), ("rnn", rnn_reference, RNN_GATES)]
 
 
 def ones_masks(gates: int, per_gate: bool) -> LayerMasks:
@@ -25,23 +25,23 @@ def ones_masks(gates: int, per_gate: bool) -> LayerMasks:
     return LayerMasks(x=torch.ones(B, D), h=torch.ones(B, H))
 
 
-@pytest.mark.parametrize("layer_cls,reference,gates", LAYERS)
-def test_reference_loop_equals_the_stock_module_at_p0(layer_cls, reference, gates):
+@pytest.mark.parametrize("cell,reference,gates", LAYERS)
+def test_reference_loop_equals_the_stock_module_at_p0(cell, reference, gates):
     torch.manual_seed(0)
-    layer = layer_cls(D, H)
+    layer = Layer(cell, D, H)
     x, h0 = torch.randn(T, B, D), torch.randn(B, H)
     expected, h_expected = layer.module(x, h0[None])
     for per_gate in (False, True):
-        y, h = reference(x, h0, layer.parameters_tuple(), ones_masks(gates, per_gate))
+        y, h = reference(x, h0, layer.params(), ones_masks(gates, per_gate))
         assert torch.allclose(y, expected, atol=1e-6) and torch.allclose(h, h_expected[0], atol=1e-6)
 
 
-@pytest.mark.parametrize("layer_cls,reference,gates", LAYERS)
-def test_reference_gradients_equal_the_stock_module_at_p0(layer_cls, reference, gates):
+@pytest.mark.parametrize("cell,reference,gates", LAYERS)
+def test_reference_gradients_equal_the_stock_module_at_p0(cell, reference, gates):
     torch.manual_seed(0)
-    layer = layer_cls(D, H)
+    layer = Layer(cell, D, H)
     x = torch.randn(T, B, D, requires_grad=True)
-    reference(x, torch.zeros(B, H), layer.parameters_tuple(), ones_masks(gates, True))[0].square().sum().backward()
+    reference(x, torch.zeros(B, H), layer.params(), ones_masks(gates, True))[0].square().sum().backward()
     ours = [x.grad.clone()] + [p.grad.clone() for p in layer.parameters()]
     x.grad = None
     layer.zero_grad()
@@ -53,11 +53,11 @@ def test_reference_gradients_equal_the_stock_module_at_p0(layer_cls, reference, 
 def test_gru_per_gate_masks_follow_gals_equations():
     """Untied masks: gate k's input and recurrent products see x * z_x^k and h * z_h^k; z * h_{t-1} is undropped."""
     torch.manual_seed(0)
-    layer = GRULayer(D, H)
-    w_ih, w_hh, b_ih, b_hh = layer.parameters_tuple()
+    layer = Layer("gru", D, H)
+    w_ih, w_hh, b_ih, b_hh = layer.params()
     x, h = torch.randn(T, B, D), torch.randn(B, H)
     zx, zh = bernoulli_mask((B, 3, D), 0.5, x), bernoulli_mask((B, 3, H), 0.5, x)
-    y, _ = gru_reference(x, h, layer.parameters_tuple(), LayerMasks(x=zx, h=zh, per_gate=True))
+    y, _ = gru_reference(x, h, layer.params(), LayerMasks(x=zx, h=zh, per_gate=True))
 
     def gate(k, t, h):  # (input part, recurrent part) of gate k with its own masks
         rows = slice(k * H, (k + 1) * H)
@@ -74,11 +74,11 @@ def test_gru_per_gate_masks_follow_gals_equations():
 @pytest.mark.parametrize("reference,gates", [(gru_reference, GRU_GATES), (rnn_reference, RNN_GATES)])
 def test_untied_with_equal_gate_masks_equals_tied(reference, gates):
     torch.manual_seed(0)
-    layer = (GRULayer if gates == GRU_GATES else RNNLayer)(D, H)
+    layer = Layer("gru" if gates == GRU_GATES else "rnn", D, H)
     x, h0 = torch.randn(T, B, D), torch.randn(B, H)
     zx, zh = bernoulli_mask((B, D), 0.5, x), bernoulli_mask((B, H), 0.5, x)
-    tied = reference(x, h0, layer.parameters_tuple(), LayerMasks(x=zx, h=zh))
-    untied = reference(x, h0, layer.parameters_tuple(),
+    tied = reference(x, h0, layer.params(), LayerMasks(x=zx, h=zh))
+    untied = reference(x, h0, layer.params(),
                        LayerMasks(x=zx[:, None].expand(B, gates, D), h=zh[:, None].expand(B, gates, H), per_gate=True))
     assert torch.allclose(tied[0], untied[0], atol=1e-6)
 
@@ -95,39 +95,40 @@ def test_masked_linear_per_gate_is_one_product_per_gate():
         assert masked_linear(v, w, b, mask[:, 0], per_gate=False).dtype == torch.bfloat16
 
 
-@pytest.mark.parametrize("layer_cls", [GRULayer, RNNLayer])
-def test_input_only_masks_run_the_stock_kernel_and_agree_with_the_loop(layer_cls):
-    """Zaremba's fresh-per-step input mask leaves the recurrence plain: the fused path gives the loop's numbers."""
+@pytest.mark.parametrize("cell", ["gru", "rnn"])
+def test_input_only_masks_run_the_stock_kernel_and_agree_with_the_loop(cell):
+    """Zaremba's fresh-per-step input mask leaves the recurrence plain: the stock kernel gives the loop's numbers."""
     torch.manual_seed(0)
-    layer = layer_cls(D, H)
+    layer = Layer(cell, D, H)
     x, h0 = torch.randn(T, B, D), torch.randn(B, H)
     masks = LayerMasks(x=bernoulli_mask((T, B, D), 0.5, x))
     assert not masks.recurrent
     fused, _ = layer(x, h0, masks)
-    loop, _ = layer.masked_loop(x)(x, h0, layer.parameters_tuple(), masks)
+    loop, _ = layer.loop(x, h0, masks)
     assert torch.allclose(fused, loop, atol=1e-5)
 
 
 def test_cell_mask_on_a_gru_is_refused():
     with pytest.raises(ValueError, match="no cell state"):
-        GRULayer(D, H)(torch.randn(T, B, D), torch.zeros(B, H), LayerMasks(c=torch.ones(B, H)))
+        Layer("gru", D, H)(torch.randn(T, B, D), torch.zeros(B, H), LayerMasks(c=torch.ones(B, H)))
 
 
-@pytest.mark.parametrize("layer_cls", [GRULayer, RNNLayer])
-def test_weight_drop_on_a_single_state_layer_is_refused_not_ignored(layer_cls):
-    layer = layer_cls(D, H)
+@pytest.mark.parametrize("cell", ["gru", "rnn"])
+def test_weight_drop_on_a_single_state_layer_is_refused_not_ignored(cell):
+    layer = Layer(cell, D, H)
+    mask = weight_mask((layer.gates * H, H), 0.5, torch.empty(0))
     with pytest.raises(ValueError, match="weight-drop mask"):
-        layer(torch.randn(T, B, D), torch.zeros(B, H), LayerMasks(w_hh=weight_drop((layer.gates * H, H), 0.5, torch.empty(0))))
+        layer(torch.randn(T, B, D), torch.zeros(B, H), LayerMasks(w_hh=mask))
 
 
 def test_lstm_per_gate_masks_follow_gals_equation_5():
     """Untied LSTM (Gal eq. 5): gate k's products see x * z_x^k and h_{t-1} * z_h^k, at every step."""
     torch.manual_seed(0)
-    layer = LSTMLayer(D, H, impl="reference")
-    w_ih, w_hh, b_ih, b_hh = layer.parameters_tuple()
+    layer = Layer("lstm", D, H)
+    w_ih, w_hh, b_ih, b_hh = layer.params()
     x, h, c = torch.randn(T, B, D), torch.randn(B, H), torch.randn(B, H)
     zx, zh = bernoulli_mask((B, 4, D), 0.5, x), bernoulli_mask((B, 4, H), 0.5, x)
-    y, _ = lstm_reference(x, (h, c), layer.parameters_tuple(), LayerMasks(x=zx, h=zh, per_gate=True))
+    y, _ = lstm_reference(x, (h, c), layer.params(), LayerMasks(x=zx, h=zh, per_gate=True))
 
     def gate(k, t, h):  # gate k (i, f, g, o) with its own masks
         rows = slice(k * H, (k + 1) * H)
@@ -145,7 +146,7 @@ def test_a_unit_dropped_from_h_has_no_influence_at_any_step(cell):
     """z_h is fixed over time: the recurrent weights that read a dropped unit j of h_{t-1} (column j of W_hh,
     for the gate whose mask drops it) never matter, at any step, while those of a kept unit do."""
     torch.manual_seed(0)
-    layer = LSTMLayer(D, H, impl="reference") if cell.startswith("lstm") else {"gru": GRULayer, "rnn": RNNLayer}[cell](D, H)
+    layer = Layer(cell.removesuffix("_untied"), D, H)
     gates, per_gate = {"lstm": (4, False), "lstm_untied": (4, True), "gru": (3, False), "rnn": (1, False)}[cell]
     x = torch.randn(T, B, D)
     z_h = torch.ones((B, gates, H) if per_gate else (B, H))
@@ -159,10 +160,9 @@ def test_a_unit_dropped_from_h_has_no_influence_at_any_step(cell):
     state = (torch.randn(B, H), torch.randn(B, H)) if cell.startswith("lstm") else torch.randn(B, H)
 
     def outputs(column: int, change: float):
-        params = [p.detach().clone() for p in layer.parameters_tuple()]
+        params = [p.detach().clone() for p in layer.params()]
         params[1][rows, column] += change
-        return layer.masked_loop(x)(x, state, tuple(params), masks)[0] if not cell.startswith("lstm") else \
-            lstm_reference(x, state, tuple(params), masks)[0]
+        return layer.loop(x, state, masks, tuple(params))[0]
 
     base = outputs(2, 0.0)
     assert torch.equal(outputs(2, 5.0), base)  # the dropped unit's column: no effect at any step

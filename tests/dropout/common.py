@@ -1,38 +1,43 @@
-"""What the dropout tests share: sizes, a scheme by name, an input, a word-type mask, small language models."""
+"""What the dropout tests share: sizes, an input, a word-type mask, small models built from vdrnn.nn."""
 
 from __future__ import annotations
 
 import torch
+from torch import nn
 
-from vdrnn.config import ModelConfig
-from vdrnn.dropout import DropoutConfig, make_dropout, words_of
-from vdrnn.tasks.lm.model import LanguageModel
+import vdrnn.nn as vnn
 
 T, B, D, H, V = 7, 6, 5, 9, 13
-
-
-def scheme(name, **p):
-    return make_dropout(DropoutConfig(scheme=name, **p))
 
 
 def x_input():
     return torch.randn(T, B, D)
 
 
-def word_mask(dropout, tokens, vocab_size):
-    """The [T, B, 1] word-type mask of ``tokens`` from a fresh table of ``dropout``."""
-    return words_of(dropout.word_type_table(tokens.shape[1], vocab_size, tokens), tokens)
+def word_mask(tokens: torch.Tensor, vocab_size: int, **embedding) -> torch.Tensor:
+    """The [T, B, 1] word-type mask of ``tokens`` that a training ``vnn.Embedding(**embedding)`` draws: its output
+    for an embedding of ones."""
+    layer = vnn.Embedding(vocab_size, 1, **embedding).train()
+    nn.init.ones_(layer.weight)
+    with torch.no_grad():
+        return layer(tokens)
 
 
-def lm(name="variational", **p):
-    """A 2-layer language model of ``name``'s masks (reference loop)."""
+class SmallLM(nn.Module):
+    """Embedding -> 2-layer vdrnn.nn.LSTM -> decoder, as a user builds one."""
+
+    def __init__(self, scheme=None, embedding: float = 0.0, impl: str = "reference", **lstm):
+        super().__init__()
+        self.embedding = vnn.Embedding(V, D, dropout=embedding)
+        self.rnn = vnn.LSTM(D, H, num_layers=2, dropout=scheme, impl=impl, **lstm)
+        self.decoder = nn.Linear(H, V)
+
+    def forward(self, tokens, state=None):
+        y, state = self.rnn(self.embedding(tokens), state)
+        return self.decoder(y), state
+
+
+def lm(scheme=None, embedding: float = 0.0, **lstm) -> SmallLM:
+    """A 2-layer language model of ``scheme``'s masks (reference loop), seeded."""
     torch.manual_seed(0)
-    cfg = ModelConfig(num_layers=2, hidden_size=H, impl="reference")
-    return LanguageModel(V, cfg, scheme(name, **p))
-
-
-def learned_model(per_gate=False, **p):
-    """A 2-layer language model learning its Gaussian masks' variance."""
-    cfg = DropoutConfig(scheme="gaussian", learn_alpha=True, per_gate=per_gate, **p)
-    config = ModelConfig(num_layers=2, hidden_size=H, embedding_size=D, gates="untied" if per_gate else "tied")
-    return LanguageModel(V, config, make_dropout(cfg))
+    return SmallLM(scheme, embedding, **lstm)

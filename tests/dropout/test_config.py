@@ -1,16 +1,46 @@
-"""The dropout group's checks: probabilities, the sites and options each scheme reads (from the registry)."""
+"""The dropout group's checks: probabilities, the sites and options each scheme reads (from the registry), and the
+vdrnn.nn objects a config builds."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.dropout.common import H, V, learned_model, scheme
-from vdrnn.config import ModelConfig
-from vdrnn.dropout import (
-    DropoutConfig,
-)
+from vdrnn.dropout import Concrete, Gaussian, Moon, Semeniuta, Variational, WeightDrop, Zaremba, Zoneout
+from vdrnn.dropout.config import DropoutConfig
 from vdrnn.errors import ConfigError
-from vdrnn.tasks.lm.model import LanguageModel
+
+
+@pytest.mark.parametrize("config, built", [
+    ({"scheme": "none"}, None),
+    ({"scheme": "zaremba", "input": 0.5, "hidden": 0.4, "output": 0.3}, Zaremba(input=0.5, between=0.4, output=0.3)),
+    ({"scheme": "moon", "cell": 0.5, "cell_scale": "c"}, Moon(cell=0.5, scale="c")),
+    ({"scheme": "variational", "embedding": 0.2, "input": 0.3, "recurrent": 0.2, "output": 0.3, "per_gate": True},
+     Variational(input=0.3, recurrent=0.2, output=0.3, gates="untied")),
+    ({"scheme": "variational", "input": 0.3, "locked_mask": "batch"}, Variational(input=0.3, per="batch")),
+    ({"scheme": "gaussian", "input": 0.3, "learn_alpha": True}, Gaussian(input=0.3, learn=True)),
+    ({"scheme": "concrete", "input": 0.1, "temperature": 0.2}, Concrete(input=0.1, temperature=0.2)),
+    ({"scheme": "awd", "embedding": 0.1, "input": 0.65, "hidden": 0.3, "output": 0.4, "weight": 0.5},
+     WeightDrop(weight=0.5, input=0.65, between=0.3, output=0.4)),
+    ({"scheme": "semeniuta", "candidate": 0.25, "candidate_mask": "sequence", "input": 0.5},
+     Semeniuta(candidate=0.25, per="sequence", input=0.5)),
+    ({"scheme": "zoneout", "zoneout_cell": 0.25, "zoneout_hidden": 0.05, "output": 0.5},
+     Zoneout(cell=0.25, hidden=0.05, output=0.5)),
+])
+def test_a_config_builds_the_scheme_object_a_python_call_makes(config, built):
+    assert DropoutConfig(**config).scheme_object() == built
+
+
+@pytest.mark.parametrize("config, embedding", [
+    ({"scheme": "variational", "embedding": 0.2}, {"dropout": 0.2, "per": "sequence", "noise": "bernoulli"}),
+    ({"scheme": "awd", "embedding": 0.1, "embedding_mask": "batch"},
+     {"dropout": 0.1, "per": "batch", "noise": "bernoulli"}),
+    ({"scheme": "gaussian", "embedding": 0.2}, {"dropout": 0.2, "per": "sequence", "noise": "gaussian"}),
+    ({"scheme": "gaussian", "embedding": 0.2, "embedding_noise": "bernoulli"},
+     {"dropout": 0.2, "per": "sequence", "noise": "bernoulli"}),
+    ({"scheme": "zaremba"}, {"dropout": 0.0, "per": "sequence", "noise": "bernoulli"}),
+])
+def test_word_types_are_the_embeddings_with_the_schemes_noise(config, embedding):
+    assert DropoutConfig(**config).word_dropout() == embedding
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -99,8 +129,8 @@ def test_learned_alpha_only_for_the_gaussian_scheme_and_kl_weight_only_with_it()
         DropoutConfig(scheme="gaussian", input=0.5, kl_weight=0.3)
     with pytest.raises(ConfigError, match="kl_weight=-1"):
         DropoutConfig(scheme="gaussian", input=0.5, learn_alpha=True, kl_weight=-1)
-    assert learned_model(input=0.2).noise_scales is not None
-    assert LanguageModel(V, ModelConfig(hidden_size=H), scheme("gaussian", input=0.2)).noise_scales is None
+    assert DropoutConfig(scheme="gaussian", input=0.2, learn_alpha=True).scheme_object().learns
+    assert not DropoutConfig(scheme="gaussian", input=0.2).scheme_object().learns
 
 
 def test_learned_alpha_with_no_noisy_site_is_refused():

@@ -5,14 +5,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.dropout.common import B, D, H, T, V, lm, scheme, word_mask, x_input
-from vdrnn.cells.lstm import LSTM_GATES as GATES
+import vdrnn.nn as vnn
+from tests.dropout.common import B, D, H, T, V, lm, word_mask, x_input
 from vdrnn.dropout import (
-    DropoutConfig,
+    GATES,
+    Gaussian,
+    Moon,
+    Variational,
+    WeightDrop,
+    Zaremba,
     bernoulli_mask,
     gaussian_mask,
-    make_dropout,
 )
+
+G = GATES["lstm"]
 
 
 def test_bernoulli_mask_is_inverted_dropout():
@@ -27,12 +33,12 @@ def test_bernoulli_mask_is_inverted_dropout():
 def test_expectation_preserved_for_every_site():
     torch.manual_seed(0)
     big = torch.randn(2, 20000, 4)
-    s = scheme("variational", embedding=0.3, input=0.4, recurrent=0.2, output=0.5)
-    m = s.layer_masks(big, 4, GATES)
+    s = Variational(input=0.4, recurrent=0.2, output=0.5)
+    m = s.layer_masks(big, 4, G)
     for mask in (m.x, m.h, s.output_mask(big)):
         assert mask.mean().item() == pytest.approx(1.0, abs=0.02)
     tokens = torch.randint(0, 100, (3, 20000))
-    assert word_mask(s, tokens, 100).mean().item() == pytest.approx(1.0, abs=0.03)
+    assert word_mask(tokens, 100, dropout=0.3).mean().item() == pytest.approx(1.0, abs=0.03)
 
 
 @pytest.mark.parametrize("p", [0.2, 0.5, 0.65])
@@ -48,88 +54,84 @@ def test_gaussian_mask_has_the_mean_and_variance_of_the_inverted_bernoulli_mask(
     assert ((gauss - 1).abs() < alpha**0.5).float().mean().item() == pytest.approx(0.6827, abs=0.01)
 
 
-@pytest.mark.parametrize("name,p", [
-    ("zaremba", {"input": 0.5, "output": 0.5}),
-    ("moon", {"cell": 0.5, "embedding": 0.3}),
-    ("variational", {"embedding": 0.3, "input": 0.5, "recurrent": 0.3, "output": 0.5}),
-    ("variational", {"input": 0.5, "recurrent": 0.3, "per_gate": True}),
-    ("gaussian", {"embedding": 0.3, "input": 0.5, "recurrent": 0.3, "output": 0.5}),
+@pytest.mark.parametrize("scheme, embedding", [
+    (Zaremba(input=0.5, output=0.5), 0.0),
+    (Moon(cell=0.5), 0.3),
+    (Variational(input=0.5, recurrent=0.3, output=0.5), 0.3),
+    (Variational(input=0.5, recurrent=0.3, gates="untied"), 0.0),
+    (Gaussian(input=0.5, recurrent=0.3, output=0.5), 0.3),
 ])
-def test_eval_is_deterministic_and_training_and_mc_are_stochastic(name, p):
-    model = lm(name, **p)
+def test_eval_is_deterministic_and_training_and_mc_are_stochastic(scheme, embedding):
+    model = lm(scheme, embedding)
     tokens = torch.randint(0, V, (T, B))
-    state = model.initial_state(B, "cpu")
     model.eval()
-    a, _ = model(tokens, state)
-    b, _ = model(tokens, state)
+    a, _ = model(tokens)
+    b, _ = model(tokens)
     assert torch.equal(a, b)
-    mc1, _ = model(tokens, state, stochastic=True)
-    mc2, _ = model(tokens, state, stochastic=True)
+    with vnn.mc_dropout(model):
+        mc1, _ = model(tokens)
+        mc2, _ = model(tokens)
     assert not torch.allclose(mc1, mc2)  # MC draws new masks each pass
+    assert not model.training and not model.rnn.training  # and leaves the model evaluating
     model.train()
-    t1, _ = model(tokens, state)
-    t2, _ = model(tokens, state)
-    assert not torch.allclose(t1, t2)  # masks are redrawn for every minibatch
+    t1, _ = model(tokens)
+    t2, _ = model(tokens)
+    assert not torch.allclose(t1, t2)  # masks are redrawn for every call
 
 
-def test_none_scheme_is_deterministic_in_training():
-    model = lm("none")
+def test_no_scheme_is_deterministic_in_training():
+    model = lm(None).train()
     tokens = torch.randint(0, V, (T, B))
-    state = model.initial_state(B, "cpu")
-    assert torch.equal(model(tokens, state)[0], model(tokens, state)[0])
+    assert torch.equal(model(tokens)[0], model(tokens)[0])
 
 
 def test_mc_can_turn_word_dropout_off():
-    model = lm("variational", embedding=0.5)
+    model = lm(Variational(), embedding=0.5).eval()
     tokens = torch.randint(0, V, (T, B))
-    state = model.initial_state(B, "cpu")
-    with_wd, _ = model(tokens, state, stochastic=True, word_dropout=True)
-    without, _ = model(tokens, state, stochastic=False)
-    off, _ = model(tokens, state, stochastic=True, word_dropout=False)
+    without, _ = model(tokens)
+    with vnn.mc_dropout(model):
+        with_wd, _ = model(tokens)
+    with vnn.mc_dropout(model, embedding=False):
+        off, _ = model(tokens)
     # Only word dropout is on, so turning it off in a stochastic pass gives the deterministic output.
     assert torch.equal(off, without) and not torch.allclose(with_wd, without)
 
 
-@pytest.mark.parametrize("name, p, key", [
-    ("variational", {"input": 0.5, "recurrent": 0.3}, "locked_mask"), ("awd", {"input": 0.5}, "locked_mask"),
-    ("variational", {"embedding": 0.5}, "embedding_mask"), ("awd", {"embedding": 0.5}, "embedding_mask"),
-    ("moon", {"embedding": 0.5}, "embedding_mask"),
-])
-def test_mask_granularity_batch_is_accepted_and_used_by_the_schemes_that_draw_those_masks(name, p, key):
+@pytest.mark.parametrize("scheme", [Variational(input=0.5, recurrent=0.3, per="batch"),
+                                    WeightDrop(input=0.5, per="batch")])
+def test_per_batch_shares_the_fixed_over_time_masks_with_the_batch(scheme):
     torch.manual_seed(0)
-    dropout = scheme(name, **p, **{key: "batch"})
-    if key == "locked_mask":  # one fixed-over-time mask shared by the batch
-        assert dropout.layer_masks(x_input(), H, GATES).x.shape == (1, D)
-    else:  # one draw per word type, shared by every sequence of the batch
-        tokens = torch.randint(V, (T, B))
-        mask = word_mask(dropout, tokens, V)
-        assert all(mask[tokens == w].unique().numel() == 1 for w in tokens.unique())
+    assert scheme.layer_masks(x_input(), H, G).x.shape == (1, D)
+    assert scheme.shares_draws_across_batch()  # so MC runs its samples one per pass
 
 
-@pytest.mark.parametrize("name, per_gate, learn_alpha", [
-    ("variational", False, False), ("variational", True, False), ("gaussian", False, False),
-    ("gaussian", True, True), ("gaussian", False, True),
-])
-def test_locked_mask_batch_shares_every_fixed_over_time_mask_with_the_batch(name, per_gate, learn_alpha):
-    """``locked_mask=batch``: x, h_{t-1} and the output each get one row for the whole batch, per gate when untied,
+def test_word_types_per_batch_share_one_draw_with_every_sequence():
+    torch.manual_seed(0)
+    tokens = torch.randint(V, (T, B))
+    mask = word_mask(tokens, V, dropout=0.5, per="batch")
+    assert all(mask[tokens == w].unique().numel() == 1 for w in tokens.unique())
+    assert vnn.Embedding(V, D, dropout=0.5, per="batch").shares_draws_across_batch()
+
+
+@pytest.mark.parametrize("gates, learn", [("tied", False), ("untied", False), ("untied", True), ("tied", True)])
+def test_per_batch_shares_every_fixed_over_time_mask_with_the_batch_learned_noise_too(gates, learn):
+    """``per="batch"``: x, h_{t-1} and the output each get one row for the whole batch, per gate when untied,
     learned noise too."""
     torch.manual_seed(0)
-    cfg = DropoutConfig(scheme=name, input=0.5, recurrent=0.3, output=0.4, locked_mask="batch", per_gate=per_gate,
-                        learn_alpha=learn_alpha)
-    dropout = make_dropout(cfg)
-    dropout.noise_scales([(D, H, GATES)], V, {})
-    masks = dropout.layer_masks(x_input(), H, GATES)
-    gate = (GATES,) if per_gate else ()
+    scheme = Gaussian(input=0.5, recurrent=0.3, output=0.4, per="batch", gates=gates, learn=learn)
+    noise = scheme.learned_noise([(D, H, G)], H)
+    masks = scheme.layer_masks(x_input(), H, G, noise=noise)
+    gate = (G,) if gates == "untied" else ()
     assert masks.x.shape == (1, *gate, D) and masks.h.shape == (1, *gate, H)
-    assert dropout.output_mask(torch.randn(T, B, H)).shape == (1, 1, H)
-    assert dropout.shares_draws_across_batch(word_dropout=False)  # so MC runs its samples one per pass
+    assert scheme.output_mask(torch.randn(T, B, H), noise).shape == (1, 1, H)
+    assert scheme.shares_draws_across_batch()
 
 
-def test_the_language_models_output_mask_drops_decoder_inputs():
+def test_the_output_mask_drops_decoder_inputs():
     """With only the output site on, a dropped unit of the last layer gives no gradient to its decoder column."""
-    model = lm("variational", output=0.5).train()
+    model = lm(Variational(output=0.5)).train()
     tokens = torch.randint(0, V, (T, 1))
-    logits, _ = model(tokens, model.initial_state(1, "cpu"))
+    logits, _ = model(tokens)
     logits.sum().backward()
     dead = (model.decoder.weight.grad == 0).all(dim=0)
     assert 0 < dead.sum() < H  # about half the units, the same ones at every step

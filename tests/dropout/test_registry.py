@@ -1,5 +1,6 @@
-"""The one registry of schemes: every scheme module registers itself, every list vdrnn keeps of schemes is read from
-it, and a new scheme on the existing sites is its module and its YAML, nothing else."""
+"""The one registry of the config's schemes (``vdrnn.dropout.config.SCHEMES``): every scheme module's class is built
+by an entry, every list vdrnn keeps of schemes is read from it, and a new scheme on the existing sites is its module,
+its entry and its YAML, nothing else."""
 
 from __future__ import annotations
 
@@ -15,41 +16,51 @@ import yaml
 
 from tests.helpers import composed, train
 from vdrnn.config import to_container
-from vdrnn.dropout import SCHEMES, DropoutConfig, in_table_order
+from vdrnn.dropout.config import SCHEMES, DropoutConfig, in_table_order
 from vdrnn.errors import ConfigError
 from vdrnn.tasks import task_of
 from vdrnn.tasks.sentiment.report import scheme_rank
 
 
-def test_every_scheme_module_registers_a_scheme_and_every_scheme_has_its_yaml():
+def test_every_scheme_module_has_an_entry_and_every_entry_its_yaml():
     modules = {info.name for info in pkgutil.iter_modules(importlib.import_module("vdrnn.dropout.schemes").__path__)}
-    assert {cls.__module__.rsplit(".", 1)[1] for cls in SCHEMES.values()} == modules
+    built = {entry.cls.__module__.rsplit(".", 1)[1] for entry in SCHEMES.values() if entry.cls is not None}
+    assert built == modules
     conf = resources.files("vdrnn.conf").joinpath("dropout")
     in_yaml = {(yaml.safe_load(p.read_text()) or {}).get("scheme") for p in conf.iterdir() if p.name.endswith(".yaml")}
     assert set(SCHEMES) <= in_yaml
     assert in_table_order()[:5] == ["none", "zaremba", "moon", "variational", "gaussian"]  # the paper's order
 
 
-# A scheme of a module and a YAML: it drops the layers' inputs with one mask per sequence shared by every gate,
-# fresh for each minibatch, the embedding output included. Registered on import, as vdrnn.dropout imports
-# vdrnn/dropout/schemes/*.py; here the module lives in a temporary folder.
+# A scheme of a module, an entry and a YAML: it drops the layers' inputs with one mask per sequence shared by every
+# gate, fresh for each minibatch, the embedding output included. In vdrnn its class would be a module of
+# vdrnn/dropout/schemes/ and its entry a line of SCHEMES; here the module lives in a temporary folder and enters itself.
 MODULE = '''
     """Throwaway: each layer's input dropped with one mask per sequence, fixed over time."""
+    from dataclasses import dataclass
+
+    from vdrnn.dropout.config import SCHEMES, SchemeEntry
     from vdrnn.dropout.masks import LayerMasks, locked_mask
-    from vdrnn.dropout.registry import register
-    from vdrnn.dropout.scheme import DropoutScheme
+    from vdrnn.dropout.scheme import Scheme
 
 
-    @register
-    class InputOnlyDropout(DropoutScheme):
-        name = "input_only"
-        sites = ("input",)
-        table_order = 35
+    @dataclass(frozen=True, kw_only=True)
+    class InputOnly(Scheme):
+        input: float = 0.0
+
+        probabilities = ("input",)
         cells = ("lstm",)
         cells_why = "it is the LSTM's only"
 
-        def layer_masks(self, x, hidden_size, gates, layer=0):
-            return LayerMasks(x=locked_mask(x, (x.shape[2],), self.config.input_p(layer), "sample"))
+        def layer_masks(self, x, hidden_size, gates, layer=0, noise=None):
+            return LayerMasks(x=locked_mask(x, (x.shape[2],), self.input, "sequence"))
+
+
+    def build(config):
+        return InputOnly(input=config.input)
+
+
+    SCHEMES["input_only"] = SchemeEntry(build, InputOnly, ("input",), table_order=35)
 '''
 YAML = '''
     # Throwaway: the layers' inputs dropped, one mask per sequence.

@@ -11,6 +11,7 @@ import dataclasses
 import pytest
 import torch
 
+from tests.cells.common import Layer
 from tests.kernels.triton_setup import (  # noqa: F401 (exact_fp32: autouse fixture)
     CUDA,
     DEVICE,
@@ -25,7 +26,7 @@ from tests.kernels.triton_setup import (  # noqa: F401 (exact_fp32: autouse fixt
     shared_masks,
     tf32_products,
 )
-from vdrnn.cells.gru import GRU_GATES, GRULayer, gru_reference
+from vdrnn.cells.gru import GRU_GATES, gru_reference
 from vdrnn.dropout import LayerMasks, bernoulli_mask
 from vdrnn.dropout.masks import constant_over, zoneout_draws
 from vdrnn.kernels import common, gemm, launch
@@ -268,9 +269,9 @@ def layer_outputs(steps: int, batch: int, inputs: int, hidden: int, masks_for) -
     """(y, h_T and every parameter's gradient) of a GRU layer with impl=fast, then of its copy with impl=reference,
     on the same input, state and masks ``masks_for(x)``."""
     torch.manual_seed(3)
-    fast = GRULayer(inputs, hidden, impl="fast").to(DEVICE)
-    reference = GRULayer(inputs, hidden, impl="reference").to(DEVICE)
-    reference.load_state_dict(fast.state_dict())
+    fast = Layer("gru", inputs, hidden, impl="fast").to(DEVICE)
+    reference = Layer("gru", inputs, hidden, impl="reference").to(DEVICE)
+    reference.module.load_state_dict(fast.module.state_dict())
     x = torch.randn(steps, batch, inputs, device=DEVICE)
     h0 = torch.randn(batch, hidden, device=DEVICE)
     masks = masks_for(x)

@@ -13,6 +13,7 @@ import itertools
 import pytest
 import torch
 
+from tests.cells.common import Layer
 from tests.kernels.triton_setup import (  # noqa: F401 (exact_fp32: autouse fixture)
     CUDA,
     DEVICE,
@@ -29,15 +30,8 @@ from tests.kernels.triton_setup import (  # noqa: F401 (exact_fp32: autouse fixt
 )
 from vdrnn.cells.lstm import lstm_reference
 from vdrnn.config import ModelConfig
-from vdrnn.dropout import (
-    DropoutConfig,
-    DropoutScheme,
-    LayerMasks,
-    bernoulli_mask,
-    gaussian_mask,
-    make_dropout,
-    weight_drop,
-)
+from vdrnn.dropout import LayerMasks, Scheme, bernoulli_mask, gaussian_mask, weight_mask
+from vdrnn.dropout.config import DropoutConfig
 from vdrnn.dropout.masks import constant_over, zoneout_draws
 from vdrnn.kernels import common, gemm, launch
 from vdrnn.kernels import lstm as kernels_lstm
@@ -174,7 +168,7 @@ def test_packed_weight_pads_each_gate_with_zeros():
 @pytest.mark.parametrize("hidden", [5, 16])  # padded, and packed as it is
 def test_packed_weight_carries_weight_drops_mask(hidden):
     """AWD's mask multiplies W_hh as it is packed, in the stored dtype; the padding stays zero."""
-    w, mask = torch.randn(4 * hidden, hidden), weight_drop((4 * hidden, hidden), 0.5, torch.empty(0))
+    w, mask = torch.randn(4 * hidden, hidden), weight_mask((4 * hidden, hidden), 0.5, torch.empty(0))
     plan = launch.Plan(3, 16, torch.device("cpu"))
     packed = launch.pack_weight(w, torch.float16, plan, mask).view(4, 16, plan.w_cols)
     assert packed.dtype == torch.float16
@@ -472,7 +466,7 @@ def test_language_model_fast_path_matches_reference_in_evaluation(name):
     for impl in ("fast", "reference"):
         torch.manual_seed(0)
         model = LanguageModel(30, ModelConfig(num_layers=2, hidden_size=12, impl=impl, init_range=0.1),
-                              make_dropout(DropoutConfig(**SCHEMES[name]))).to(DEVICE).eval()
+                              DropoutConfig(**SCHEMES[name])).to(DEVICE).eval()
         with torch.no_grad():
             logits[impl], _ = model(tokens, model.initial_state(3, DEVICE))
     assert rel(logits["fast"], logits["reference"]) < FP32_TOL
@@ -482,12 +476,12 @@ def lm_outputs(impl: str, scheme: dict, tokens: torch.Tensor) -> dict[str, torch
     """Logits and every parameter's gradient of a 2-layer LM (same init and mask draws for every impl)."""
     torch.manual_seed(0)
     model = LanguageModel(30, ModelConfig(num_layers=2, hidden_size=12, impl=impl, init_range=0.1),
-                          make_dropout(DropoutConfig(**scheme))).to(DEVICE).train()
+                          DropoutConfig(**scheme)).to(DEVICE).train()
     torch.manual_seed(1)
     logits, _ = model(tokens, model.initial_state(tokens.shape[1], DEVICE))
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.roll(-1, 0).flatten())
     if model.noise_scales is not None:
-        loss = loss + 1e-3 * model.noise_scales.kl()
+        loss = loss + model.regularizer(1000)
     loss.backward()
     return {"logits": logits, **{name: p.grad for name, p in model.named_parameters()}}
 
@@ -519,25 +513,24 @@ def test_language_model_fast_path_matches_reference(name, monkeypatch):
 
 
 # ----------------------------------------------------------------------------------- graphed step
-class OnesMasks(DropoutScheme):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OnesMasks(Scheme):
     """Recurrent masks of ones: deterministic, yet the recurrence takes the masked (fused) path."""
 
-    def __init__(self, per_gate: bool):
-        super().__init__()
-        self.per_gate = per_gate
+    per_gate: bool = False
 
-    def layer_masks(self, x, hidden_size, gates, layer=0):
+    def layer_masks(self, x, hidden_size, gates, layer=0, noise=None):
         shape = (x.shape[1], gates, hidden_size) if self.per_gate else (x.shape[1], hidden_size)
         return LayerMasks(h=torch.ones(shape, device=x.device), per_gate=self.per_gate)
 
 
-def train_three_steps(model, graphed: bool, amp: str, seed: int, kl_scale: float = 0.0):
+def train_three_steps(model, graphed: bool, amp: str, seed: int, learned: bool = False):
     vocab, batch, bptt = model.vocab_size, 4, 6
     gen = torch.Generator().manual_seed(7)
     data = torch.randint(0, vocab, (4 * bptt + 1, batch), generator=gen).to(DEVICE)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     step = GraphedTrainStep(model, optimizer, clip=0.25, batch_size=batch, bptt=bptt, weight_decay=1e-4, amp=amp,
-                            kl_scale=kl_scale)
+                            regularizer=(lambda: model.regularizer(1000)) if learned else (lambda: None))
     torch.manual_seed(seed)
     state = model.initial_state(batch, DEVICE)
     losses = []
@@ -553,12 +546,16 @@ def train_three_steps(model, graphed: bool, amp: str, seed: int, kl_scale: float
     return torch.tensor([[float(a), float(b)] for a, b in losses]), [p.detach().clone() for p in model.parameters()]
 
 
-def compare_graphed_with_eager(dropout, impl="fast", amp="off", kl_scale=0.0):
+def compare_graphed_with_eager(dropout, impl="fast", amp="off", learned=False, scheme=None):
+    """The graphed step against the eager one, on a model of ``dropout`` (a config), or of ``scheme`` (a scheme object
+    of the tests' own)."""
     torch.manual_seed(0)
     model = LanguageModel(50, ModelConfig(hidden_size=32, impl=impl, init_range=0.1), dropout).to(DEVICE).train()
+    if scheme is not None:
+        model.rnn.dropout = scheme
     twin = copy.deepcopy(model)
-    eager_losses, eager_weights = train_three_steps(model, graphed=False, amp=amp, seed=123, kl_scale=kl_scale)
-    graph_losses, graph_weights = train_three_steps(twin, graphed=True, amp=amp, seed=123, kl_scale=kl_scale)
+    eager_losses, eager_weights = train_three_steps(model, graphed=False, amp=amp, seed=123, learned=learned)
+    graph_losses, graph_weights = train_three_steps(twin, graphed=True, amp=amp, seed=123, learned=learned)
     assert torch.isfinite(graph_losses).all()
     torch.testing.assert_close(graph_losses, eager_losses, rtol=1e-4, atol=1e-5)
     for a, b in zip(graph_weights, eager_weights, strict=True):
@@ -567,13 +564,13 @@ def compare_graphed_with_eager(dropout, impl="fast", amp="off", kl_scale=0.0):
 
 @gpu
 def test_graphed_step_matches_eager_without_masks():
-    compare_graphed_with_eager(make_dropout(DropoutConfig(scheme="variational")))
+    compare_graphed_with_eager(DropoutConfig(scheme="variational"))
 
 
 @gpu
 @pytest.mark.parametrize("per_gate", [False, True])
 def test_graphed_step_matches_eager_on_fused_path(per_gate):
-    compare_graphed_with_eager(OnesMasks(per_gate))
+    compare_graphed_with_eager(DropoutConfig(), scheme=OnesMasks(per_gate=per_gate))
 
 
 @gpu
@@ -582,7 +579,7 @@ def test_graphed_step_with_masks_draws_them_in_the_graph(per_gate):
     """Masks drawn on the device inside the graph: fresh per replay, the same stream as eager."""
     cfg = DropoutConfig(scheme="variational", embedding=0.2, input=0.5, recurrent=0.3, output=0.5,
                         per_gate=per_gate)
-    compare_graphed_with_eager(make_dropout(cfg))
+    compare_graphed_with_eager(cfg)
 
 
 @gpu
@@ -590,14 +587,14 @@ def test_graphed_step_with_masks_draws_them_in_the_graph(per_gate):
 def test_graphed_step_with_learned_noise_matches_eager(per_gate):
     """dropout.learn_alpha: masks from log alpha, the KL term and the alpha <= 1 projection, all inside the graph."""
     cfg = DropoutConfig(scheme="gaussian", learn_alpha=True, input=0.5, recurrent=0.3, output=0.2, per_gate=per_gate)
-    compare_graphed_with_eager(make_dropout(cfg), kl_scale=1e-3)
+    compare_graphed_with_eager(cfg, learned=True)
 
 
 @gpu
 def test_graphed_step_bf16_runs():
     torch.manual_seed(0)
     cfg = DropoutConfig(scheme="variational", input=0.5, recurrent=0.3, output=0.5)
-    model = LanguageModel(50, ModelConfig(hidden_size=32, impl="fast"), make_dropout(cfg)).to(DEVICE).train()
+    model = LanguageModel(50, ModelConfig(hidden_size=32, impl="fast"), cfg).to(DEVICE).train()
     before = [p.detach().clone() for p in model.parameters()]
     losses, after = train_three_steps(model, graphed=True, amp="bf16", seed=1)
     assert torch.isfinite(losses).all()
@@ -616,7 +613,7 @@ def test_double_backward_through_the_kernels_is_refused_not_detached():
 
 
 def test_graphed_step_takes_plain_sgd_only():
-    model = LanguageModel(10, ModelConfig(num_layers=1, hidden_size=8), make_dropout(DropoutConfig()))
+    model = LanguageModel(10, ModelConfig(num_layers=1, hidden_size=8), DropoutConfig())
     with pytest.raises(ValueError, match="plain SGD, not Adam"):
         GraphedTrainStep(model, torch.optim.Adam(model.parameters()), 5.0, batch_size=2, bptt=3)
     with pytest.raises(ValueError, match="no momentum"):  # the clip is folded into plain SGD's update
@@ -629,19 +626,17 @@ def test_a_weight_dropped_layer_on_the_fused_path_matches_the_reference(monkeypa
     """model.impl=fast runs AWD's layers (dropped W_hh, locked x mask, no h mask) on the fused kernels, which apply the
     mask to the raw W_hh as they pack it: the same outputs and gradients (the raw W_hh's zero where an entry was
     dropped, h_0's through the dropped W_hh) as the reference loop on the dropped W_hh, in training and inference."""
-    from vdrnn.cells.lstm import LSTMLayer
-
     calls = []
     monkeypatch.setattr(kernels_lstm, "lstm_fused", lambda *args: calls.append(1) or lstm_fused(*args))
     torch.manual_seed(0)
-    layer = LSTMLayer(7, hidden, impl="fast").to(DEVICE)
+    layer = Layer("lstm", 7, hidden, impl="fast").to(DEVICE)
     x = torch.randn(5, 3, 7, device=DEVICE)
     state = (torch.randn(3, hidden, device=DEVICE, requires_grad=True),
              torch.randn(3, hidden, device=DEVICE, requires_grad=True))
-    masks = LayerMasks(x=bernoulli_mask((3, 7), 0.4, x), w_hh=weight_drop((4 * hidden, hidden), 0.5, x))
+    masks = LayerMasks(x=bernoulli_mask((3, 7), 0.4, x), w_hh=weight_mask((4 * hidden, hidden), 0.5, x))
     results = []
     for run in ("fast", "reference"):
-        w_ih, w_hh, b_ih, b_hh = layer.parameters_tuple()
+        w_ih, w_hh, b_ih, b_hh = layer.params()
         if run == "fast":
             y, (h, c) = layer(x, state, masks)
             with torch.no_grad():
@@ -649,7 +644,7 @@ def test_a_weight_dropped_layer_on_the_fused_path_matches_the_reference(monkeypa
         else:
             dropped = w_hh * masks.w_hh.keep * masks.w_hh.scale
             y, (h, c) = lstm_reference(x, state, (w_ih, dropped, b_ih, b_hh), LayerMasks(x=masks.x))
-        grads = torch.autograd.grad(y.square().sum() + h.sum() + c.sum(), (*layer.parameters_tuple(), *state))
+        grads = torch.autograd.grad(y.square().sum() + h.sum() + c.sum(), (*layer.params(), *state))
         results.append((y, h, c, *grads))
     assert len(calls) == 2  # the layer's calls, with and without gradients
     torch.testing.assert_close(inferred, results[1][0], rtol=FP32_TOL, atol=FP32_TOL)

@@ -11,7 +11,7 @@ import torch
 
 from tests.helpers import TINY, composed, fit, trainer_for
 from vdrnn.config import ModelConfig, to_container
-from vdrnn.dropout import DropoutConfig, make_dropout
+from vdrnn.dropout.config import DropoutConfig
 from vdrnn.errors import CheckpointError, ConfigError, WriteError
 from vdrnn.tasks.lm.evaluate import exp_or_inf, mc_perplexity, perplexity
 from vdrnn.tasks.lm.model import LanguageModel
@@ -94,7 +94,7 @@ def test_a_checkpoint_without_the_state_to_continue_is_refused_with_the_fix(tmp_
 def model_with_output_bias(value: float, vocab: int = 12) -> LanguageModel:
     """A model whose every prediction is softmax([value, 0, 0, ...]), whatever it reads."""
     model = LanguageModel(vocab, ModelConfig(num_layers=2, hidden_size=10, impl="reference"),
-                          make_dropout(DropoutConfig(scheme="none"))).eval()
+                          DropoutConfig(scheme="none")).eval()
     with torch.no_grad():
         model.decoder.weight.zero_()
         model.decoder.bias.zero_()

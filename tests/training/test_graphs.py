@@ -19,7 +19,7 @@ def test_a_call_is_keyed_by_its_shapes_and_host_values_and_rebuilt_from_its_buff
     assert key == graphs._shape_of((torch.ones(5, 2, dtype=torch.long), state, 0.5))
     assert key != graphs._shape_of((torch.zeros(6, 2, dtype=torch.long), state, 0.5))  # another length
     assert key != graphs._shape_of((torch.zeros(5, 2, dtype=torch.long), state, 0.25))  # another step lr
-    buffers = [torch.full(t.shape, 7.0) for t in graphs._tensors(args)]
+    buffers = [torch.full(t.shape, 7.0) for t in graphs.tensors_of(args)]
     rebuilt = graphs._rebuild(args, iter(buffers))
     assert rebuilt[0] is buffers[0] and rebuilt[1][0][1] is buffers[2] and rebuilt[2] == 0.5
     cloned = graphs._clone(rebuilt)

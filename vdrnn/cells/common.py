@@ -1,19 +1,24 @@
-"""What the cells share: the masked input product, the stock module's weights, and the choice of kernels."""
+"""What the cells share: the masked input product, the stock kernel, sequences of several lengths, and the choice of
+kernels."""
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
 
 from vdrnn import kernels
 from vdrnn.dropout import LayerMasks
 
 
 def uses_kernels(impl: str, x: torch.Tensor) -> bool:
-    """``model.impl``: is a masked recurrence on ``x`` meant for the fused kernels (``fast``, or ``auto`` on CUDA
-    tensors) rather than the reference loop?"""
-    return impl == "fast" or (impl == "auto" and x.is_cuda)
+    """``impl``: is a masked recurrence on ``x`` meant for the fused kernels (``fast``, or ``auto`` on CUDA tensors)
+    rather than the reference loop? Never in float64, which the kernels do not compute in (gradcheck's dtype)."""
+    return x.dtype != torch.float64 and (impl == "fast" or (impl == "auto" and x.is_cuda))
 
 
 def runs_kernels(impl: str, x: torch.Tensor, cell: str) -> bool:
@@ -22,12 +27,12 @@ def runs_kernels(impl: str, x: torch.Tensor, cell: str) -> bool:
     return uses_kernels(impl, x) and kernels.kernels_or_fallback(x.device, f"the {cell.upper()} layer")
 
 
-def one_layer_parameters(module: nn.RNNBase) -> tuple[torch.Tensor, ...]:
-    """(W_ih, W_hh, b_ih, b_hh) of a one-layer nn.LSTM / nn.GRU / nn.RNN, as the recurrence functions take them."""
-    return module.weight_ih_l0, module.weight_hh_l0, module.bias_ih_l0, module.bias_hh_l0
+def state_dtype(t: torch.Tensor) -> torch.dtype:
+    """What a recurrence keeps its state and gate sums in: fp32, or float64 for float64 inputs."""
+    return torch.promote_types(t.dtype, torch.float32)
 
 
-def masked_linear(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor | None,
+def masked_linear(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, mask: torch.Tensor | None,
                   per_gate: bool) -> torch.Tensor:
     """W (v * z) + b for every gate of a cell at once: v [..., B, D] -> [..., B, G*H].
 
@@ -43,7 +48,7 @@ def masked_linear(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, mas
     masked = v.unsqueeze(-2) * mask.to(v.dtype)  # [..., B, 1, D] * [B, G, D] -> [..., B, G, D]
     per_gate_weight = weight.view(gates, -1, weight.shape[1])  # [G, H, D]
     proj = torch.einsum("...gd,ghd->...gh", masked, per_gate_weight).flatten(-2)
-    return (proj + bias).to(proj.dtype)  # the product's dtype (autocast's), as F.linear's, not promoted by the bias
+    return proj if bias is None else (proj + bias).to(proj.dtype)  # the product's dtype (autocast's), as F.linear's
 
 
 def at_step(mask: torch.Tensor, t: int) -> torch.Tensor:
@@ -56,43 +61,69 @@ def zone(d: torch.Tensor, previous: torch.Tensor, new: torch.Tensor) -> torch.Te
     return d * previous + (1 - d) * new
 
 
-class SingleStateLayer(nn.Module):
-    """A one-layer recurrence whose state is h alone (GRU, tanh RNN): ``module``'s stock kernel when unmasked, else
-    ``masked_loop``'s recurrence, on the same weights."""
+@dataclass(frozen=True)
+class Lengths:
+    """The lengths of a batch of sequences padded to one length (from a ``PackedSequence``): the order in which
+    torch's packed kernels take them (``sorted_indices``, longest first, and back: ``unsorted_indices``), and, for the
+    masked recurrences, which steps lie past each sequence's end (``hold``)."""
 
-    cell: str
-    gates: int
+    lengths: torch.Tensor  # [B] on the CPU, in the batch's own order
+    sorted_indices: torch.Tensor
+    unsorted_indices: torch.Tensor
 
-    def __init__(self, module: nn.RNNBase, impl: str):
-        super().__init__()
-        self.module = module
-        self.impl = impl
-        self.input_size = module.input_size
-        self.hidden_size = module.hidden_size
+    def hold(self, like: torch.Tensor, hidden_size: int) -> torch.Tensor:
+        """[T, B, H] on ``like``'s device: 1 at the steps past each sequence's end, 0 before."""
+        steps = like.shape[0]
+        past = torch.arange(steps).unsqueeze(1) >= self.lengths.unsqueeze(0)
+        return past.to(like.device, torch.float32).unsqueeze(-1).expand(steps, -1, hidden_size)
 
-    def forward(self, x: torch.Tensor, h0: torch.Tensor,
-                masks: LayerMasks | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [T, B, D]; h0 [B, H]; returns (outputs [T, B, H], h_T)."""
-        masks = masks or LayerMasks()
-        if masks.c is not None or masks.zone_c is not None:
-            raise ValueError(f"{type(self).__name__} has no cell state: Moon's c-mask and zoneout on c need an LSTM")
-        if masks.w_hh is not None:  # refused rather than silently ignored: AWD's weight drop is for the LSTM
-            raise ValueError(f"{type(self).__name__} does not apply a weight-drop mask: AWD's W_hh mask needs an LSTM")
-        if masks.recurrent:
-            return self.masked_loop(x)(x, h0, self.parameters_tuple(), masks)
-        if masks.x is not None:  # an input mask shared by all gates: the stock kernel still applies
-            x = x * masks.x.to(x.dtype)
-        with torch.autocast(x.device.type, enabled=False):  # fp32 state, as the LSTM layer
-            y, h = self.module(x.float(), h0.unsqueeze(0).float())
-        return y, h.squeeze(0)
+    def packed_data(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [T, B, ...] as torch's packed kernels read it: (data, batch_sizes), the batch in ``sorted_indices``
+        order."""
+        packed = pack_padded_sequence(x.index_select(1, self.sorted_indices.to(x.device)),
+                                      self.lengths[self.sorted_indices], enforce_sorted=True)
+        return packed.data, packed.batch_sizes
 
-    def initial_state(self, batch: int, device: torch.device | str) -> torch.Tensor:
-        """h_0, zeros."""
-        return torch.zeros(batch, self.hidden_size, device=device)
 
-    def masked_loop(self, x: torch.Tensor):
-        """The function that runs a masked recurrence on ``x``: (x, h0, params, masks) -> (outputs, h_T)."""
-        raise NotImplementedError
+def held(masks: LayerMasks, hold: torch.Tensor, cell_state: bool) -> LayerMasks:
+    """``masks`` with every unit holding its value past its sequence's end (``hold`` = 1, as a zoneout draw of 1),
+    so that the final state is each sequence's own last one, whatever the padding after it."""
+    def merge(d):
+        return hold if d is None else hold + (1 - hold) * d
 
-    def parameters_tuple(self) -> tuple[torch.Tensor, ...]:
-        return one_layer_parameters(self.module)
+    return replace(masks, zone_h=merge(masks.zone_h), zone_c=merge(masks.zone_c) if cell_state else masks.zone_c)
+
+
+StockKernel = Callable[..., tuple[torch.Tensor, ...]]  # torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu
+
+
+def stock(kernel: StockKernel, x: torch.Tensor, hx: tuple[torch.Tensor, ...], params: tuple[torch.Tensor, ...],
+          lengths: Lengths | None) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """One layer on the stock kernel (cuDNN on CUDA), with weights passed as arguments: x [T, B, D], ``hx`` each
+    [B, H] -> (outputs [T, B, H], the final states, each [B, H]). ``params`` (W_ih, W_hh[, b_ih, b_hh]). With
+    ``lengths``, torch's packed kernel reads each sequence to its end and its padded outputs are zero.
+
+    The recurrence runs in fp32 (float64 for float64 inputs) even under autocast: cuDNN in bf16 would keep c_t in bf16
+    too, and it is no faster (docs/speed.md). A weight-dropped W_hh is a new tensor every call, which cuDNN copies
+    into its own layout: that copy is inherent and its warning expected.
+    """
+    dtype = state_dtype(x)
+    params = [p.to(dtype) for p in params]
+    hx = tuple(h.unsqueeze(0).to(dtype) for h in hx)
+    hx = hx if len(hx) > 1 else hx[0]
+    # train=True when gradients are wanted: cuDNN's backward needs the workspace its training-mode forward keeps.
+    train = torch.is_grad_enabled()
+    biased = len(params) == 4
+    with warnings.catch_warnings(), torch.autocast(x.device.type, enabled=False):
+        warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
+        if lengths is None:
+            y, *states = kernel(x.to(dtype), hx, params, biased, 1, 0.0, train, False, False)
+            return y, tuple(s.squeeze(0) for s in states)
+        data, batch_sizes = lengths.packed_data(x.to(dtype))
+        order = lengths.sorted_indices.to(x.device)
+        hx = tuple(h.index_select(1, order) for h in hx) if isinstance(hx, tuple) else hx.index_select(1, order)
+        y, *states = kernel(data, batch_sizes, hx, params, biased, 1, 0.0, train, False)
+    padded = torch.nn.utils.rnn.pad_packed_sequence(
+        torch.nn.utils.rnn.PackedSequence(y, batch_sizes), total_length=x.shape[0])[0]
+    back = lengths.unsorted_indices.to(x.device)
+    return padded.index_select(1, back), tuple(s.squeeze(0).index_select(0, back) for s in states)

@@ -5,7 +5,7 @@
     n = tanh(W_in (x_t * z_x^n) + b_in + r * (W_hn (h_{t-1} * z_h^n) + b_hn))
     h_t = (1 - z) * n + z * h_{t-1}      (n * Semeniuta's mask; then zoneout's d * h_{t-1} + (1 - d) * h_t)
 
-The layer holds a stock one-layer ``nn.GRU``, so the cell is PyTorch's (cuDNN's): the reset gate scales the recurrent
+The weights are a ``torch.nn.GRU`` layer's, and the cell is PyTorch's (cuDNN's): the reset gate scales the recurrent
 product, r * (W_hn h + b_hn), where the Keras GRU of Gal's scripts resets the state before the product; only the
 masks are Gal's. Tied gates use one z_x [B, D] and one z_h [B, H] for r, z and n, untied (``masks.per_gate``) a mask
 per gate, [B, 3, D] and [B, 3, H]; z_x may also be Zaremba's fresh-per-step [T, B, D]. The masks act on the inputs of
@@ -16,44 +16,52 @@ c-mask does not apply.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from vdrnn.cells import GATES
-from vdrnn.cells.common import SingleStateLayer, at_step, masked_linear, runs_kernels, zone
-from vdrnn.dropout import LayerMasks
+from vdrnn.cells.common import Lengths, at_step, held, masked_linear, runs_kernels, state_dtype, stock, zone
+from vdrnn.dropout import GATES, LayerMasks
 
 GRU_GATES = GATES["gru"]
 
 
-class GRULayer(SingleStateLayer):
-    """One GRU layer (the parameters of a one-layer ``torch.nn.GRU``); masked recurrences run
-    :func:`vdrnn.kernels.gru.gru_fused` under ``model.impl=fast`` (``auto`` on CUDA), else :func:`gru_reference`."""
-
-    cell = "gru"
-    gates = GRU_GATES
-
-    def __init__(self, input_size: int, hidden_size: int, impl: str = "auto"):
-        super().__init__(nn.GRU(input_size, hidden_size, num_layers=1), impl)
-
-    def masked_loop(self, x: torch.Tensor):
-        if runs_kernels(self.impl, x, self.cell):
+def gru_layer(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...], masks: LayerMasks,
+              impl: str = "auto", lengths: Lengths | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One GRU layer: x [T, B, D], h0 [B, H] -> (outputs [T, B, H], h_T); masked recurrences run
+    :func:`vdrnn.kernels.gru.gru_fused` under ``impl="fast"`` (``auto`` on CUDA), else :func:`gru_reference`."""
+    refuse_lstm_masks(masks, "GRU")
+    if lengths is not None and masks.recurrent:
+        masks = held(masks, lengths.hold(x, h0.shape[-1]), cell_state=False)
+    if masks.recurrent:
+        if runs_kernels(impl, x, "gru"):
             from vdrnn.kernels.gru import gru_fused  # Triton, only where it runs
 
-            return gru_fused
-        return gru_reference
+            return gru_fused(x, h0, params, masks)
+        return gru_reference(x, h0, params, masks)
+    if masks.x is not None:  # an input mask shared by all gates: the stock kernel still applies
+        x = x * masks.x.to(x.dtype)
+    y, (h,) = stock(torch.gru, x, (h0,), params, lengths)
+    return y, h
+
+
+def refuse_lstm_masks(masks: LayerMasks, cell: str) -> None:
+    """A single-state cell refuses the masks only an LSTM applies rather than ignoring them."""
+    if masks.c is not None or masks.zone_c is not None:
+        raise ValueError(f"the {cell} has no cell state: Moon's c-mask and zoneout on c need an LSTM")
+    if masks.w_hh is not None:
+        raise ValueError(f"the {cell} does not apply a weight-drop mask: AWD's W_hh mask needs an LSTM")
 
 
 def gru_reference(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...],
                   masks: LayerMasks) -> tuple[torch.Tensor, torch.Tensor]:
     """The GRU of the module docstring, step by step: x [T, B, D], h0 [B, H] -> (outputs [T, B, H], h_T). Products may
-    run in low precision under autocast; gate sums and h_t stay fp32."""
+    run in low precision under autocast; gate sums and h_t stay fp32 (float64 for float64 inputs)."""
     w_ih, w_hh, b_ih, b_hh = params
     x_proj = masked_linear(x, w_ih, b_ih, masks.x, masks.per_gate)
-    h = h0.float()
+    acc = state_dtype(x_proj)
+    h = h0.to(acc)
     outputs = []
     for t in range(x.shape[0]):
-        h_proj = masked_linear(h.to(x_proj.dtype), w_hh, b_hh, masks.h, masks.per_gate).float()
-        x_r, x_z, x_n = x_proj[t].float().chunk(GRU_GATES, dim=1)
+        h_proj = masked_linear(h.to(x_proj.dtype), w_hh, b_hh, masks.h, masks.per_gate).to(acc)
+        x_r, x_z, x_n = x_proj[t].to(acc).chunk(GRU_GATES, dim=1)
         h_r, h_z, h_n = h_proj.chunk(GRU_GATES, dim=1)
         r = torch.sigmoid(x_r + h_r)
         z = torch.sigmoid(x_z + h_z)

@@ -1,11 +1,23 @@
-"""The ``dropout`` config group, checked against the scheme it names (:mod:`vdrnn.dropout.registry`)."""
+"""The ``dropout`` config group: the schemes it names (:data:`SCHEMES`), its checks, and the :mod:`vdrnn.nn` objects
+it builds (:meth:`DropoutConfig.scheme` for the recurrent modules, :meth:`DropoutConfig.word_dropout` for the
+embedding). A config and a Python call thus reach the same code; only the names differ (``dropout.hidden`` is a
+scheme's ``between``, ``dropout.locked_mask=sample`` its ``per="sequence"``, ...)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from vdrnn.dropout.masks import NOISES
-from vdrnn.dropout.registry import SCHEMES, in_table_order
+from vdrnn.dropout.scheme import Scheme
+from vdrnn.dropout.schemes.concrete import Concrete
+from vdrnn.dropout.schemes.gaussian import Gaussian
+from vdrnn.dropout.schemes.moon import Moon
+from vdrnn.dropout.schemes.semeniuta import Semeniuta
+from vdrnn.dropout.schemes.variational import Variational
+from vdrnn.dropout.schemes.weight_drop import WeightDrop
+from vdrnn.dropout.schemes.zaremba import Zaremba
+from vdrnn.dropout.schemes.zoneout import Zoneout
 from vdrnn.errors import ConfigError
 
 SITES = ("embedding", "input", "hidden", "recurrent", "output", "cell", "weight", "candidate", "zoneout_cell",
@@ -157,13 +169,120 @@ class DropoutConfig:
                               f"0: there is nothing to learn. Set one of them (e.g. `dropout.input=0.3`, the starting "
                               f"point) or drop {'learn_alpha' if self.learn_alpha else 'the scheme'}")
 
-    def input_p(self, layer: int) -> float:
-        """Dropout probability on the input of layer ``layer`` (0-based)."""
-        return self.input if layer == 0 or self.hidden is None else self.hidden
+    def scheme_object(self) -> Scheme | None:
+        """The :mod:`vdrnn.nn` scheme these settings choose, or None for ``dropout=none``."""
+        return SCHEMES[self.scheme].build(self)
+
+    def word_dropout(self) -> dict:
+        """The arguments of :class:`vdrnn.nn.Embedding`'s word-type dropout: ``dropout``, ``per`` and ``noise``
+        (the scheme's own noise unless ``dropout.embedding_noise`` names another)."""
+        return {"dropout": self.embedding, "per": PER[self.embedding_mask],
+                "noise": self.embedding_noise or SCHEMES[self.scheme].embedding_noise}
+
+
+PER = {"sample": "sequence", "batch": "batch"}  # dropout.locked_mask / embedding_mask -> a scheme's ``per``
+
+
+@dataclass(frozen=True)
+class SchemeEntry:
+    """One ``dropout=`` scheme: the :mod:`vdrnn.nn` scheme it builds from the config, and what the config checks and
+    the report read of it."""
+
+    build: Callable[[DropoutConfig], Scheme | None]
+    cls: type[Scheme] | None  # the class ``build`` makes (None: no dropout); its ``cells`` say where it runs
+    sites: tuple[str, ...] = ()  # the dropout.* probabilities it reads; any other non-zero one is refused
+    table_order: int = 0  # where its rows sort in the report's tables
+    per_gate_masks: bool = False  # a separate mask per gate under cell.gates=untied
+    reads_locked_mask: bool = False  # draws its fixed-over-time masks as dropout.locked_mask says
+    learns_noise: bool = False  # takes dropout.learn_alpha
+    learns_rates: bool = False  # learns its dropout probabilities (Concrete dropout)
+    embedding_noise: str = "bernoulli"  # what its word-type masks are drawn from
+
+    def refuses_cell(self, cell: str, config: DropoutConfig | None = None) -> str | None:
+        """Why the scheme cannot run on ``cell`` with ``config`` (None: with any config), or None if it can."""
+        if self.cls is None:
+            return None
+        if config is not None and cell != "lstm" and config.zoneout_cell > 0:
+            return (f"dropout.zoneout_cell={config.zoneout_cell} zones out the LSTM's cell state c_t, which the "
+                    f"{cell.upper()} cell does not have (set it to 0 and use dropout.zoneout_hidden)")
+        return None if cell in self.cls.cells else self.cls.cells_why.format(cell=cell.upper())
+
+
+def _variational_args(c: DropoutConfig) -> dict:
+    return {"input": c.input, "recurrent": c.recurrent, "output": c.output, "between": c.hidden,
+            "per": PER[c.locked_mask]}
+
+
+def _zaremba_args(c: DropoutConfig) -> dict:
+    return {"input": c.input, "output": c.output, "between": c.hidden}
+
+
+def _tied(c: DropoutConfig) -> str:
+    return "untied" if c.per_gate else "tied"
+
+
+def _none(c: DropoutConfig) -> None:
+    return None
+
+
+def _zaremba(c: DropoutConfig) -> Zaremba:
+    return Zaremba(**_zaremba_args(c))
+
+
+def _moon(c: DropoutConfig) -> Moon:
+    return Moon(cell=c.cell, scale=c.cell_scale)
+
+
+def _variational(c: DropoutConfig) -> Variational:
+    return Variational(**_variational_args(c), gates=_tied(c))
+
+
+def _gaussian(c: DropoutConfig) -> Gaussian:
+    return Gaussian(**_variational_args(c), gates=_tied(c), learn=c.learn_alpha)
+
+
+def _concrete(c: DropoutConfig) -> Concrete:
+    return Concrete(**_variational_args(c), temperature=c.temperature, lengthscale=c.lengthscale)
+
+
+def _awd(c: DropoutConfig) -> WeightDrop:
+    return WeightDrop(weight=c.weight, input=c.input, output=c.output, between=c.hidden, per=PER[c.locked_mask])
+
+
+def _semeniuta(c: DropoutConfig) -> Semeniuta:
+    return Semeniuta(**_zaremba_args(c), candidate=c.candidate, per=c.candidate_mask)
+
+
+def _zoneout(c: DropoutConfig) -> Zoneout:
+    return Zoneout(**_zaremba_args(c), cell=c.zoneout_cell, hidden=c.zoneout_hidden)
+
+
+GAL_SITES = ("embedding", "input", "hidden", "recurrent", "output")
+ZAREMBA_SITES = ("input", "hidden", "output")
+SCHEMES: dict[str, SchemeEntry] = {  # dropout.scheme -> its entry; conf/dropout/<name>.yaml chooses one
+    "none": SchemeEntry(_none, None),
+    "zaremba": SchemeEntry(_zaremba, Zaremba, ZAREMBA_SITES, table_order=10),
+    "moon": SchemeEntry(_moon, Moon, ("cell", "embedding"), table_order=20),
+    "variational": SchemeEntry(_variational, Variational, GAL_SITES, table_order=30, per_gate_masks=True,
+                               reads_locked_mask=True),
+    "gaussian": SchemeEntry(_gaussian, Gaussian, GAL_SITES, table_order=40, per_gate_masks=True,
+                            reads_locked_mask=True, learns_noise=True, embedding_noise="gaussian"),
+    "concrete": SchemeEntry(_concrete, Concrete, GAL_SITES, table_order=45, reads_locked_mask=True,
+                            learns_rates=True),
+    "awd": SchemeEntry(_awd, WeightDrop, ("embedding", "input", "hidden", "output", "weight"), table_order=50,
+                       reads_locked_mask=True),
+    "semeniuta": SchemeEntry(_semeniuta, Semeniuta, (*ZAREMBA_SITES, "candidate"), table_order=55),
+    "zoneout": SchemeEntry(_zoneout, Zoneout, (*ZAREMBA_SITES, "zoneout_cell", "zoneout_hidden"), table_order=60),
+}
+
+
+def in_table_order() -> list[str]:
+    """The schemes' names in the order the report's tables list them (each entry's ``table_order``)."""
+    return sorted(SCHEMES, key=lambda name: SCHEMES[name].table_order)
 
 
 def ordered():
-    """(name, scheme class) of every scheme, in table order, as the messages list them."""
+    """(name, entry) of every scheme, in table order, as the messages list them."""
     return [(name, SCHEMES[name]) for name in in_table_order()]
 
 

@@ -1,20 +1,49 @@
-"""Kingma, Salimans & Welling (2015), adaptive variational dropout: the Gaussian masks' variance, learned.
-
-The parameters of ``dropout=gaussian dropout.learn_alpha=true`` (:class:`NoiseScales`) and their KL term.
-"""
+"""Learned dropout noise: the base of every scheme's learnable noise (:class:`LearnedNoise`), and Kingma, Salimans &
+Welling's (2015) adaptive variational dropout, the Gaussian masks' variance learned (:class:`NoiseScales`)."""
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from vdrnn.dropout.config import DropoutConfig
+from vdrnn.dropout.scheme import input_p
+
+if TYPE_CHECKING:
+    from vdrnn.dropout.schemes.gaussian import Gaussian
 
 # Kingma et al.'s polynomial fit of -KL(N(w, alpha w^2) || log-uniform prior) for one weight, valid for alpha <= 1.
 KL_C1, KL_C2, KL_C3 = 1.16145124, -1.50204118, 0.58629921
 MAX_LOG_ALPHA = 0.0  # alpha <= 1 (p <= 0.5), Kingma's constraint
+
+
+class LearnedNoise(nn.Module):
+    """What a recurrent module asks of its scheme's learned noise: masks drawn from the learned parameters, and the
+    regularizer that makes them learnable. Its sites are keyed ``input{l}`` and ``recurrent{l}`` (layer l's input x_t
+    and h_{t-1}) and ``output`` (the last layer's output)."""
+
+    def mask(self, key: str, rows: int, like: torch.Tensor) -> torch.Tensor | None:
+        """[rows, ...] of site ``key`` on ``like``'s device, or None if the site has no noise."""
+        raise NotImplementedError
+
+    def kl(self, weights: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The regularizer summed over the sites, before the division by N; ``weights``: the weight each site's
+        mask multiplies (W_ih of layer l under ``input{l}``, its W_hh under ``recurrent{l}``, the next layer's under
+        ``output``)."""
+        raise NotImplementedError
+
+    def constrain_(self) -> None:
+        """Project the parameters back onto their allowed set (before each draw)."""
+
+    def summary(self, weights: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Each site's learned noise level, and the regularizer."""
+        raise NotImplementedError
+
+    def needs(self, key: str) -> bool:
+        """Does the regularizer read the weight under ``key``?"""
+        raise NotImplementedError
 
 
 def kl_per_weight(alpha: torch.Tensor) -> torch.Tensor:
@@ -28,74 +57,72 @@ def kl_per_weight(alpha: torch.Tensor) -> torch.Tensor:
     return (KL_C1 + KL_C2 + KL_C3) - neg_kl
 
 
-class NoiseScales(nn.Module):
+class NoiseScales(LearnedNoise):
     """Kingma, Salimans & Welling (2015), adaptive variational dropout: the Gaussian masks' variance, learned.
 
     Parameters: log alpha, one per unit of each masked tensor, under the keys ``input{l}`` and ``recurrent{l}``
     (layer l's input x_t and h_{t-1}; shape [D], or [G, D] with per-gate masks: one alpha per gate and unit) and
-    ``output`` (the last layer's output, [H]). Each starts at log(p / (1 - p)) of its site's ``dropout.*`` and
-    is kept <= 0 (alpha <= 1, p <= 0.5, Kingma's constraint: larger alpha makes the gradients' variance blow up
-    and leaves the KL fit's range) by :meth:`clamp_` after every update; so large p start at alpha = 1. A site
-    with p = 0 has no noise and learns none; word-type masks keep the fixed alpha of ``dropout.embedding`` (or
-    are Bernoulli, with ``dropout.embedding_noise=bernoulli``).
+    ``output`` (the last layer's output, [output size]). Each starts at log(p / (1 - p)) of its site's probability and is kept
+    <= 0 (alpha <= 1, p <= 0.5, Kingma's constraint: larger alpha makes the gradients' variance blow up and leaves the
+    KL fit's range) by :meth:`constrain_` before every draw; so large p start at alpha = 1. A site with p = 0 has no
+    noise and learns none.
 
-    Masks: xi = 1 + sqrt(alpha) * eps, eps ~ N(0, 1), with the shapes and draws of :class:`GaussianDropout`
-    (per sample, or per batch with ``locked_mask=batch``; fixed over the sequence). Being a differentiable
-    function of log alpha (the reparameterization trick), the mask passes the likelihood's gradient to it.
+    Masks: xi = 1 + sqrt(alpha) * eps, eps ~ N(0, 1), with the shapes and draws of :class:`Gaussian`
+    (per sequence, or per batch with ``per="batch"``; fixed over the sequence). Being a differentiable function of
+    log alpha (the reparameterization trick), the mask passes the likelihood's gradient to it.
 
-    Objective (the negative ELBO per training example): E_q[NLL] + kl_weight * KL / N, N the number of examples
-    the training loss averages over (PTB tokens, sentiment reviews), and KL = sum over sites of
-    fan-out * sum over units of :func:`kl_per_weight`. The fan-out is how many weights one noise variable
-    scales: a unit of layer l's input (or h_{t-1}) multiplies a column of W_ih (W_hh), G*H weights, or H
-    per gate with per-gate masks; a unit of the output multiplies a column of the decoder. The KL pulls alpha
-    up (towards 1), the likelihood down; ``kl_weight`` < 1 is Kingma's down-weighted variant ("A2", 1/3).
+    Objective (the negative ELBO per training example): E_q[NLL] + KL / N, N the number of examples the training
+    loss averages over (PTB tokens, sentiment reviews), and KL = sum over sites of fan-out * sum over units of
+    :func:`kl_per_weight`. The fan-out is how many weights one noise variable scales: a unit of layer l's input (or
+    h_{t-1}) multiplies a column of W_ih (W_hh), G*H weights, or H per gate with per-gate masks; a unit of the output
+    multiplies a column of the next layer's weight, as many as its rows. The KL pulls alpha up (towards 1), the
+    likelihood down; weighting it below 1 is Kingma's down-weighted variant ("A2", 1/3).
     """
 
-    def __init__(self, config: DropoutConfig, layers: list[tuple[int, int, int]], outputs: int):
+    def __init__(self, scheme: Gaussian, layers: list[tuple[int, int, int]], output_size: int):
         super().__init__()
         self.log_alpha = nn.ParameterDict()
-        self.fan_out: dict[str, int] = {}
+        self.fan_out: dict[str, int | None] = {}  # None: the output's, the rows of the weight it feeds
+        per_gate = scheme.gates == "untied"
         for index, (inputs, hidden, gates) in enumerate(layers):
-            fan_out = hidden if config.per_gate else gates * hidden
-            for site, p, size in (("input", config.input_p(index), inputs), ("recurrent", config.recurrent, hidden)):
-                self._add(f"{site}{index}", p, (gates, size) if config.per_gate else (size,), fan_out)
-        self._add("output", config.output, (layers[-1][1],), outputs)
+            fan_out = hidden if per_gate else gates * hidden
+            for site, p, size in (("input", input_p(scheme, index), inputs), ("recurrent", scheme.recurrent, hidden)):
+                self._add(f"{site}{index}", p, (gates, size) if per_gate else (size,), fan_out)
+        self._add("output", scheme.output, (output_size,), None)
 
-    def _add(self, key: str, p: float, shape: tuple[int, ...], fan_out: int) -> None:
+    def _add(self, key: str, p: float, shape: tuple[int, ...], fan_out: int | None) -> None:
         if p > 0:
             start = min(math.log(p / (1.0 - p)), MAX_LOG_ALPHA)
             self.log_alpha[key] = nn.Parameter(torch.full(shape, start))
             self.fan_out[key] = fan_out
 
-    def mask(self, key: str, rows: int, like: torch.Tensor) -> torch.Tensor | None:
-        """[rows, *shape] of ``key``: 1 + sqrt(alpha) * eps, on ``like``'s device, or None if the site has no noise."""
+    def mask(self, key, rows, like):
         if key not in self.log_alpha:
             return None
         log_alpha = self.log_alpha[key]
         eps = torch.randn((rows, *log_alpha.shape), device=like.device, dtype=torch.float32)
         return 1.0 + (0.5 * log_alpha).exp() * eps
 
-    def kl(self) -> torch.Tensor:
-        """The KL term summed over every learned noise variable, weighted by its fan-out (nats); a zero tensor
-        when no site is learned."""
-        terms = (self.fan_out[key] * kl_per_weight(log_alpha.exp()).sum()
+    def needs(self, key):
+        return key in self.log_alpha and self.fan_out[key] is None
+
+    def kl(self, weights):
+        terms = ((self.fan_out[key] or weights[key].shape[0]) * kl_per_weight(log_alpha.exp()).sum()
                  for key, log_alpha in self.log_alpha.items())
         return sum(terms, torch.zeros(()))
 
     @torch.no_grad()
-    def clamp_(self) -> None:
-        """Project back onto alpha <= 1 (after each optimizer step)."""
+    def constrain_(self):
         for log_alpha in self.log_alpha.values():
             log_alpha.clamp_(max=MAX_LOG_ALPHA)
 
     @torch.no_grad()
-    def summary(self) -> dict[str, float]:
+    def summary(self, weights):
         """Each site's mean alpha and its equivalent dropout probability p = alpha / (1 + alpha), and the KL."""
+        self.constrain_()  # as the next draw would see them
         out = {}
         for key, log_alpha in self.log_alpha.items():
             alpha = log_alpha.exp()
             out[f"alpha_{key}"] = alpha.mean().item()
             out[f"p_{key}"] = (alpha / (1 + alpha)).mean().item()
-        return {**out, "kl": float(self.kl())}
-
-
+        return {**out, "kl": float(self.kl(weights))}

@@ -1,8 +1,8 @@
-"""Drawing masks, and the masks one recurrent layer receives for one minibatch (:class:`LayerMasks`).
+"""Drawing masks, and the masks one recurrent layer receives for one forward call (:class:`LayerMasks`).
 
 Every draw is made on the device with torch's default generator, which keeps it valid inside a CUDA graph (each
-replay draws new masks). torch is imported by the draws, not with this module, so that checking a config, which
-reads the schemes, does not wait for it.
+replay draws new masks). torch is imported by the draws, not with this module, so that code that only reads the
+schemes (a config check) does not wait for it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def bernoulli_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torc
 
 
 @dataclass(frozen=True)
-class WeightDrop:
+class WeightMask:
     """AWD's weight-drop mask on a weight W [G*H, H]: the dropped weight is W * keep * scale, ``keep`` [G*H, H] bool
     (True with probability 1-p), ``scale`` 1/(1-p) (inverted, as F.dropout on the weight).
 
@@ -49,12 +49,12 @@ class WeightDrop:
         return torch.addcmul(self.zero, w, self.keep.view(w.shape), value=self.scale, out=out)
 
 
-def weight_drop(shape: tuple[int, ...], p: float, like: torch.Tensor) -> WeightDrop:
+def weight_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> WeightMask:
     """A weight-drop mask for a weight of ``shape``, each entry dropped with probability p."""
     import torch
 
     keep = torch.empty(shape, device=like.device, dtype=torch.bool).bernoulli_(1.0 - p)
-    return WeightDrop(keep, 1.0 / (1.0 - p), torch.zeros((), device=like.device))
+    return WeightMask(keep, 1.0 / (1.0 - p), torch.zeros((), device=like.device))
 
 
 def gaussian_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
@@ -81,20 +81,21 @@ def constant_over(like: torch.Tensor, hidden_size: int, value: float) -> torch.T
 
 
 Noise = Callable[[tuple[int, ...], float, "torch.Tensor"], "torch.Tensor"]
-NOISES: dict[str, Noise] = {"bernoulli": bernoulli_mask, "gaussian": gaussian_mask}  # by dropout.embedding_noise
+NOISES: dict[str, Noise] = {"bernoulli": bernoulli_mask, "gaussian": gaussian_mask}  # what a mask entry is drawn from
+PER = ("sequence", "batch")  # one fixed-over-time mask per sequence, or one shared by the batch
 
 
-def locked_rows(like: torch.Tensor, granularity: str) -> int:
-    """The leading size of a fixed-over-time mask for ``like`` [T, B, ...] (``dropout.locked_mask``): B, one row
-    per sequence (``sample``), or 1, one row shared by the batch (``batch``)."""
-    return like.shape[1] if granularity == "sample" else 1
+def locked_rows(like: torch.Tensor, per: str) -> int:
+    """The leading size of a fixed-over-time mask for ``like`` [T, B, ...]: B, one row per sequence
+    (``per="sequence"``), or 1, one row shared by the batch (``per="batch"``)."""
+    return like.shape[1] if per == "sequence" else 1
 
 
-def locked_mask(like: torch.Tensor, shape: tuple[int, ...], p: float, granularity: str,
+def locked_mask(like: torch.Tensor, shape: tuple[int, ...], p: float, per: str,
                 noise: Noise = bernoulli_mask) -> torch.Tensor | None:
-    """A mask fixed over time for ``like`` [T, B, ...]: [B, *shape] per sample, or [1, *shape] shared by the
+    """A mask fixed over time for ``like`` [T, B, ...]: [B, *shape] per sequence, or [1, *shape] shared by the
     batch; None if p = 0."""
-    return noise((locked_rows(like, granularity), *shape), p, like) if p > 0 else None
+    return noise((locked_rows(like, per), *shape), p, like) if p > 0 else None
 
 
 def step_mask(like: torch.Tensor, hidden_size: int, p: float, fresh: bool, noise: Noise = bernoulli_mask
@@ -107,28 +108,26 @@ def step_mask(like: torch.Tensor, hidden_size: int, p: float, fresh: bool, noise
     return noise((steps, batch, hidden_size) if fresh else (batch, hidden_size), p, like)
 
 
-def words_of(table: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor | None:
+def words_of(table: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """The word-type mask [T, B, 1] of ``tokens`` [T, B]: each token's entry in its sequence's row of ``table``
     ([B, V], or [1, V] shared by the batch)."""
-    if table is None:
-        return None
     return table.expand(tokens.shape[1], -1).gather(1, tokens.t()).t().unsqueeze(-1)
 
 
 @dataclass
 class LayerMasks:
-    """Masks for one recurrent layer during one minibatch; ``None`` means "not dropped".
+    """Masks for one recurrent layer during one forward call; ``None`` means "not dropped".
 
-    G is the cell's number of gates (4 LSTM, 3 GRU, 1 RNN); B is 1 for fixed-over-time masks drawn with
-    ``dropout.locked_mask=batch`` (one mask shared by the batch).
+    G is the cell's number of gates (4 LSTM, 3 GRU, 1 RNN); B is 1 for fixed-over-time masks drawn ``per="batch"``
+    (one mask shared by the batch).
 
     ``x``: applied to the layer input. Shape [T, B, D] (fresh per step), [B, D] (fixed over time),
       or [B, G, D] with ``per_gate`` (one mask per gate, fixed over time).
     ``h``: applied to h_{t-1} before the recurrent product. [B, H] or [B, G, H] with ``per_gate``.
-    ``c``: Moon's cell mask, [B, H], values in {0, 1} ({0, 1/(1-p)} with ``cell_scale=c``).
-    ``c_scale``: applied to h_t: 1/(1-p_cell) so that E[h_t] is preserved (1 with ``cell_scale=c``).
-    ``w_hh``: AWD's weight-drop mask on the recurrent weight (:class:`WeightDrop`, [G*H, H]), one for the whole
-      minibatch. It leaves the recurrence a plain LSTM (with other weights), so cuDNN still runs it.
+    ``c``: Moon's cell mask, [B, H], values in {0, 1} ({0, 1/(1-p)} with ``Moon(scale="c")``).
+    ``c_scale``: applied to h_t: 1/(1-p_cell) so that E[h_t] is preserved (1 with ``Moon(scale="c")``).
+    ``w_hh``: AWD's weight-drop mask on the recurrent weight (:class:`WeightMask`, [G*H, H]), one for the whole
+      forward call. It leaves the recurrence a plain LSTM (with other weights), so cuDNN still runs it.
     ``g``: Semeniuta's mask on the candidate update (the LSTM's g_t, the GRU's n_t), values {0, 1/(1-p)}: [T, B, H]
       fresh per step or [B, H] fixed over the sequence.
     ``zone_c``, ``zone_h``: zoneout's chance of keeping c_{t-1} / h_{t-1} for each unit at each step, [T, B, H]: the
@@ -140,7 +139,7 @@ class LayerMasks:
     h: torch.Tensor | None = None
     c: torch.Tensor | None = None
     c_scale: float = 1.0
-    w_hh: WeightDrop | None = None
+    w_hh: WeightMask | None = None
     per_gate: bool = False
     g: torch.Tensor | None = None
     zone_c: torch.Tensor | None = None
@@ -149,7 +148,7 @@ class LayerMasks:
     @property
     def recurrent(self) -> bool:
         """True when the layer cannot run on the stock kernel (cuDNN on CUDA) and must take a masked recurrence
-        (the reference loop, or the fused kernels with ``model.impl=fast``).
+        (the reference loop, or the fused kernels).
 
         That is when an h, c, candidate or zoneout mask acts inside the recurrence, or with per-gate masks even on x
         alone: the stock kernel multiplies one [x_t; h_{t-1}] by all gates' weights, so it cannot give each gate its

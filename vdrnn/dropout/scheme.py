@@ -1,73 +1,53 @@
-"""The base class of every dropout scheme.
+"""The base class of every dropout scheme: where a recurrent stack's masks go and how they are drawn.
 
-A scheme is a class whose attributes say what the config checks and the report need to know of it (its sites, whether
-it has per-gate masks, which cells it runs on, where its rows sort) and whose methods draw the masks of one minibatch:
-word types (:meth:`DropoutScheme.word_type_table`), each layer's (:meth:`DropoutScheme.layer_masks`) and the output's
-(:meth:`DropoutScheme.output_mask`); in evaluation without noise, what stands in for the layers' masks
-(:meth:`DropoutScheme.expected_masks`: zoneout's expectation, nothing for the rest). The models call these; the layers
-only multiply (:mod:`vdrnn.cells`).
+A scheme is a frozen dataclass of its probabilities (named as its paper names them) whose methods draw the masks of one
+forward call: each layer's (:meth:`Scheme.layer_masks`), the last layer's output's (:meth:`Scheme.output_mask`) and,
+in evaluation without noise, what stands in for the layers' masks (:meth:`Scheme.expected_masks`: zoneout's
+expectation, nothing for the rest). The recurrent modules of :mod:`vdrnn.nn` call these; the cells only multiply.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from vdrnn.dropout.config import DropoutConfig
-from vdrnn.dropout.masks import NOISES, LayerMasks, Noise, bernoulli_mask, words_of
+from vdrnn.dropout.masks import PER, LayerMasks, Noise, bernoulli_mask
 
 if TYPE_CHECKING:
     import torch
 
-    from vdrnn.dropout.concrete import ConcreteRates
-    from vdrnn.dropout.learned import NoiseScales
+    from vdrnn.dropout.learned import LearnedNoise
 
-@dataclass
-class DropoutScheme:
-    """No dropout anywhere: the base class, whose subclasses override the sites they drop."""
+# The cells a scheme may name, and their gates: the size of a per-gate mask's gate axis.
+GATES = {"lstm": 4, "gru": 3, "rnn": 1}
 
-    config: DropoutConfig = field(default_factory=DropoutConfig)
 
-    # What the config checks and the report read; each scheme sets its own.
-    name: ClassVar[str]
-    sites: ClassVar[tuple[str, ...]] = ()  # the dropout.* probabilities it reads; any other non-zero one is refused
-    per_gate_masks: ClassVar[bool] = False  # a separate mask per gate under cell.gates=untied
-    reads_locked_mask: ClassVar[bool] = False  # draws its fixed-over-time masks as dropout.locked_mask says
-    learns_noise: ClassVar[bool] = False  # takes dropout.learn_alpha
-    learns_rates: ClassVar[bool] = False  # learns its dropout probabilities (Concrete dropout)
-    cells: ClassVar[tuple[str, ...]] = ("lstm", "gru", "rnn")  # the cells it runs on
-    cells_why: ClassVar[str] = ""  # why not on the others, for the error ("{cell}": the cell asked for)
-    table_order: ClassVar[int] = 0  # where its rows sort in the report's tables
-    # Masks fixed over time can be kept across minibatches (MC over a whole stream, Gal's protocol); masks drawn
-    # fresh at every step (Zaremba) cannot.
+@dataclass(frozen=True, kw_only=True)
+class Scheme:
+    """No mask anywhere; the subclasses override the sites they drop."""
+
+    # What each scheme sets: the cells it runs on (and why not on the others, "{cell}" the one asked for), whether
+    # its masks are fixed over time (they can then be kept across calls, ``vdrnn.nn.fixed_masks``) and what one entry
+    # of its masks is drawn from.
+    probabilities: ClassVar[tuple[str, ...]] = ()  # its fields that are probabilities (checked in [0, 1))
+    cells: ClassVar[tuple[str, ...]] = tuple(GATES)
+    cells_why: ClassVar[str] = ""
     fixed_over_time: ClassVar[bool] = True
-    # What one mask entry is drawn from; the Gaussian scheme changes only this.
     noise: ClassVar[Noise] = staticmethod(bernoulli_mask)
 
-    def word_type_table(self, batch: int, vocab_size: int, like: torch.Tensor) -> torch.Tensor | None:
-        """One draw per word type: [B, V] (per sequence) or [1, V] (shared by the batch, ``embedding_mask=batch``),
-        or None where ``dropout.embedding`` is 0. Every occurrence of a word in a sequence is dropped (or scaled)
-        together (Gal sec. 4.1, and the fix in Gal's README that tied the masks per word). An entry is the scheme's
-        ``noise`` unless ``dropout.embedding_noise`` names another."""
-        c = self.config
-        if c.embedding == 0:
-            return None
-        noise = self.noise if c.embedding_noise is None else NOISES[c.embedding_noise]
-        return noise((batch if c.embedding_mask == "sample" else 1, vocab_size), c.embedding, like)
+    def __post_init__(self) -> None:
+        for name in self.probabilities:
+            if getattr(self, name) is not None:  # ``between=None``: the layers above the first take ``input``
+                check_probability(self, name, getattr(self, name))
 
-    def drop_words(self, embedded: torch.Tensor, tokens: torch.Tensor, table: torch.Tensor | None) -> torch.Tensor:
-        """The embeddings ``embedded`` [T, B, E] of ``tokens`` times their word types' entries of ``table`` (from
-        :meth:`word_type_table`; None: unchanged)."""
-        mask = words_of(table, tokens)
-        return embedded if mask is None else embedded * mask
+    def refuses(self, cell: str) -> str | None:
+        """Why the scheme cannot run on ``cell`` (``"lstm"``, ``"gru"``, ``"rnn"``), or None if it can."""
+        return None if cell in self.cells else self.cells_why.format(cell=cell.upper())
 
-    @classmethod
-    def refuses_cell(cls, cell: str, config: DropoutConfig | None = None) -> str | None:
-        """Why the scheme cannot run on ``cell`` with ``config`` (None: with any config), or None if it can."""
-        return None if cell in cls.cells else cls.cells_why.format(cell=cell.upper())
-
-    def layer_masks(self, x: torch.Tensor, hidden_size: int, gates: int, layer: int = 0) -> LayerMasks:
-        """Masks for layer ``layer`` (0-based) whose input is ``x`` [T, B, D]."""
+    def layer_masks(self, x: torch.Tensor, hidden_size: int, gates: int, layer: int = 0,
+                    noise: LearnedNoise | None = None) -> LayerMasks:
+        """Masks for layer ``layer`` (0-based) whose input is ``x`` [T, B, D]; ``noise``: the scheme's learned noise
+        (:meth:`learned_noise`) where it has any."""
         return LayerMasks()
 
     def expected_masks(self, x: torch.Tensor, hidden_size: int, layer: int = 0) -> LayerMasks | None:
@@ -76,22 +56,48 @@ class DropoutScheme:
         state), so it is applied here."""
         return None
 
-    def output_mask(self, y: torch.Tensor) -> torch.Tensor | None:
+    def output_mask(self, y: torch.Tensor, noise: LearnedNoise | None = None) -> torch.Tensor | None:
         """Mask for the last layer's output ``y`` [T, B, H], broadcastable to it, or None."""
         return None
 
-    def shares_draws_across_batch(self, word_dropout: bool) -> bool:
-        """Does one draw serve every sequence of a forward pass: AWD's weight drop (one W_hh mask per minibatch),
-        ``locked_mask=batch``, or ``embedding_mask=batch`` with word-type dropout on? Then the columns of one batch
-        are not independent samples, and MC dropout must run its samples one by one."""
-        c = self.config
-        return (c.weight > 0 or c.locked_mask == "batch"
-                or (word_dropout and c.embedding > 0 and c.embedding_mask == "batch"))
+    def shares_draws_across_batch(self) -> bool:
+        """Does one draw serve every sequence of a forward call (AWD's one W_hh mask per call, masks drawn
+        ``per="batch"``)? Then the sequences of one batch are not independent samples, and MC dropout must run its
+        samples one per call."""
+        return getattr(self, "per", "sequence") == "batch"
 
-    def noise_scales(self, layers: list[tuple[int, int, int]], outputs: int,
-                     weights: dict[str, torch.Tensor]) -> NoiseScales | ConcreteRates | None:
-        """The scheme's learned parameters for a model whose layers are (input size, hidden size, gates) and whose
-        head has ``outputs`` rows, or None: only Kingma's adaptive Gaussian dropout and Concrete dropout learn any.
-        ``weights`` are the weights each site's mask multiplies (``input{l}``: W_ih of layer l, ``recurrent{l}``:
-        its W_hh, ``output``: the head's), for a regularizer that reads them."""
+    @property
+    def learns(self) -> bool:
+        """Does the scheme learn its noise (:meth:`learned_noise`)?"""
+        return False
+
+    def learned_noise(self, layers: list[tuple[int, int, int]], output_size: int) -> LearnedNoise | None:
+        """The parameters a scheme learns for a stack whose layers are (input size, hidden size, gates) and whose
+        output has ``output_size`` features, or None: only Kingma's adaptive Gaussian dropout and Concrete dropout
+        learn any."""
         return None
+
+
+def check_probability(scheme: Scheme, name: str, value) -> None:
+    """A dropout probability in [0, 1), or a ValueError naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{type(scheme).__name__}({name}={value!r}): a probability must be a number in [0, 1) "
+                         f"(1 would drop everything)")
+
+
+def check_choice(scheme: Scheme, name: str, value, choices: tuple[str, ...]) -> None:
+    """One of ``choices``, or a ValueError naming the argument and them."""
+    if value not in choices:
+        raise ValueError(f"{type(scheme).__name__}({name}={value!r}): choose one of "
+                         f"{', '.join(repr(c) for c in choices)}")
+
+
+def check_per(scheme: Scheme) -> None:
+    """``per``: one fixed-over-time mask per sequence or one per batch."""
+    check_choice(scheme, "per", scheme.per, PER)
+
+
+def input_p(scheme: Scheme, layer: int) -> float:
+    """The probability on layer ``layer``'s input (0-based): ``input`` for the first, ``between`` above it where
+    set (AWD's separate dropout between layers), else ``input`` again."""
+    return scheme.input if layer == 0 or scheme.between is None else scheme.between

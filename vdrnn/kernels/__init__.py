@@ -54,6 +54,6 @@ def kernels_or_fallback(device: torch.device, who: str) -> bool:
         return True
     if who not in WARNED:
         log.warning("%s: the Triton kernels need CUDA (or TRITON_INTERPRET=1), so the reference loop runs instead "
-                    "(model.impl=auto picks it on the CPU without this line)", who)
+                    "(impl='auto' picks it on the CPU without this line)", who)
         WARNED.add(who)
     return False

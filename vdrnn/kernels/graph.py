@@ -6,7 +6,7 @@ them; a CUDA graph records the step once and replays it with one call, so the GP
 back to back. The step is: forward (dropout masks drawn on the device, inside the graph, so every
 replay draws new ones), cross-entropy, backward, gradient-norm clipping folded into the SGD update
 (:func:`vdrnn.kernels.update.clipped_update`), Gal's weight decay ``w <- w * (1 - wd)`` (and, with learned
-dropout variances, their KL term and alpha <= 1 projection). Nothing in it reads a value back to the host.
+dropout noise, its regularizer). Nothing in it reads a value back to the host.
 
 Usage (inputs are copied into the graph's own buffers; the outputs are the graph's buffers too,
 overwritten by the next call, so copy anything you want to keep past it):
@@ -24,12 +24,14 @@ learning rate as a constant.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from vdrnn.kernels.update import clipped_update, require_foldable
-from vdrnn.training.optim import finish_update, weights_of
+from vdrnn.training.graphs import detach_state, tensors_of
+from vdrnn.training.optim import finish_update, learned_noise, weights_of
 
 WARMUP_STEPS = 3  # eager steps before the first capture (see _capture)
 
@@ -37,7 +39,7 @@ WARMUP_STEPS = 3  # eager steps before the first capture (see _capture)
 class GraphedTrainStep:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, clip: float,
                  batch_size: int, bptt: int, weight_decay: float = 0.0, amp: str = "off",
-                 sum_over_time: bool = False, kl_scale: float = 0.0):
+                 sum_over_time: bool = False, regularizer: Callable[[], torch.Tensor | None] = lambda: None):
         if amp not in ("off", "bf16"):
             raise ValueError(f"amp={amp!r}: a graphed step supports 'off' and 'bf16' (fp16 needs a GradScaler)")
         if type(optimizer) is not torch.optim.SGD:  # Adam/ASGD built without capturable=True raise under capture
@@ -48,15 +50,16 @@ class GraphedTrainStep:
         self.weight_decay = weight_decay
         self.amp = amp
         self.sum_over_time = sum_over_time  # the objective is the NLL summed over steps (Zaremba, Gal)
-        self.kl_scale = kl_scale  # learned dropout variances: their KL term's weight per token
+        self.regularizer = regularizer  # learned dropout noise's term per token, or None
         self.weights = [p for p in weights_of(model) if p.requires_grad]  # what weight decay shrinks
+        self.noise = learned_noise(model)
         device = next(model.parameters()).device
         if device.type != "cuda":
             raise ValueError("GraphedTrainStep needs the model on a CUDA device")
         self.tokens = torch.zeros(bptt, batch_size, dtype=torch.long, device=device)
         self.targets = torch.zeros_like(self.tokens)
         # The graph reads the carried state from these buffers; callers copy theirs in before a replay.
-        self.state = [(torch.zeros_like(h), torch.zeros_like(c)) for h, c in model.initial_state(batch_size, device)]
+        self.state = model.initial_state(batch_size, device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.outputs = None
         self.lrs: tuple[float, ...] | None = None
@@ -71,18 +74,18 @@ class GraphedTrainStep:
         with self._autocast():
             logits, new_state = self.model(tokens, state)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-        noise = self.model.noise_scales
-        objective = loss if noise is None else loss + self.kl_scale * noise.kl()
+        regularizer = self.regularizer()
+        objective = loss if regularizer is None else loss + regularizer
         (objective * tokens.shape[0] if self.sum_over_time else objective).backward()
         grad_norm = clipped_update(self.optimizer, self.clip)
-        finish_update(self.weights, self.weight_decay, noise)
-        return loss.detach(), grad_norm, [(h.detach(), c.detach()) for h, c in new_state]
+        finish_update(self.weights, self.weight_decay, self.noise)
+        return loss.detach(), grad_norm, detach_state(new_state)
 
     def eager_step(self, tokens: torch.Tensor, targets: torch.Tensor, state: list):
         """The same step without a graph: (loss, grad_norm, new_state)."""
         # Zero rather than drop the gradients: after a capture they are the graph's own buffers.
         self.optimizer.zero_grad(set_to_none=False)
-        return self._step(tokens, targets, [(h.detach(), c.detach()) for h, c in state])
+        return self._step(tokens, targets, detach_state(state))
 
     # ------------------------------------------------------------------------------- the graph
     def _capture(self) -> None:
@@ -123,8 +126,7 @@ class GraphedTrainStep:
             self._capture()
         self.tokens.copy_(tokens)
         self.targets.copy_(targets)
-        for (h_buf, c_buf), (h, c) in zip(self.state, state, strict=True):
-            h_buf.copy_(h)
-            c_buf.copy_(c)
+        for buffer, value in zip(tensors_of(self.state), tensors_of(state), strict=True):
+            buffer.copy_(value)
         self.graph.replay()
         return self.outputs

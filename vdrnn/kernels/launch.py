@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from vdrnn.dropout.masks import WeightDrop
+    from vdrnn.dropout.masks import WeightMask
 
 SM_COUNT: dict[int, int] = {}
 SMEM: dict[int, int] = {}
@@ -195,7 +195,7 @@ def plan_for(x_proj: torch.Tensor, hidden: int, zh: torch.Tensor | None, stored:
     return Plan(x_proj.shape[1], hidden, x_proj.device, gates, operands, stored.itemsize, one_gate_kernel)
 
 
-def pack_weight(w_hh: torch.Tensor, dtype: torch.dtype, plan: Plan, mask: WeightDrop | None = None) -> torch.Tensor:
+def pack_weight(w_hh: torch.Tensor, dtype: torch.dtype, plan: Plan, mask: WeightMask | None = None) -> torch.Tensor:
     """W_hh [G*H, H] in ``dtype`` (``stored_dtype``'s) as [G*HP, w_cols]: each gate's rows zero-padded to the plan's
     HP units (:class:`Units`) and every row to ``plan.w_cols`` columns; dropped by ``mask`` where given (AWD's weight
     drop, W_hh * M / (1-p)).
@@ -259,7 +259,7 @@ class Units:
             return t
         return t.unflatten(-1, (gates, self.padded))[..., :self.hidden].flatten(-2)
 
-    def unpad_weight(self, w: torch.Tensor, gates: int, mask: WeightDrop | None = None) -> torch.Tensor:
+    def unpad_weight(self, w: torch.Tensor, gates: int, mask: WeightMask | None = None) -> torch.Tensor:
         """[gates*HP, HP] -> [gates*H, H]: each gate's rows and the columns of the live units, times weight drop's
         ``mask`` [gates*H, H] where given (its dropped entries get no gradient): one pass, the product reading the live
         units in place."""

@@ -110,7 +110,7 @@ class _FusedLSTM(torch.autograd.Function):
         units, plan, w_op, margs, step_margs, h0, (y, h_last, cs, acts, hz) = _padded_forward(
             x_proj, h0, c0, w_hh, w_mask, bias, zh, zc, c_scale, (zg, zone_c, zone_h), op_dtype, save_acts=True)
         ctx.save_for_backward(w_op, w_hh, hz, cs, acts, margs[0], margs[5], h0, y, *(m[0] for m in step_margs))
-        ctx.w_mask = w_mask  # a WeightDrop (its tensors made for this minibatch, neither inputs nor outputs) or None
+        ctx.w_mask = w_mask  # a WeightMask (its tensors made for this minibatch, neither inputs nor outputs) or None
         # An unused output's gradient stays None (a training step's h_T and c_T, carried on detached): the backward
         # makes its zeros at the kernels' units itself, rather than autograd's at H units padded and copied.
         ctx.set_materialize_grads(False)

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from omegaconf import OmegaConf
 
 from vdrnn.config import key_among
-from vdrnn.dropout import SCHEMES
+from vdrnn.dropout.config import SCHEMES
 from vdrnn.eval_settings import MC_ONLY
 from vdrnn.report.found import FAILED, numbers_as_numbers, status_of
 from vdrnn.tasks import task_of

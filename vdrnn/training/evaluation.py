@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tqdm import tqdm
 
+import vdrnn.nn as vnn
 from vdrnn.training import checkpoint
 from vdrnn.training.device import device_name, prepare_device
 from vdrnn.training.optim import WeightAverage, has_average
@@ -63,8 +64,8 @@ def mc_progress(samples: int, enabled: bool) -> tqdm:
 def samples_side_by_side(model, batch: int, word_dropout: bool) -> int:
     """How many MC samples may share one forward pass: ``batch``, or 1 where the scheme draws one mask for the
     whole batch (the columns would then all be the same sample)."""
-    if batch > 1 and model.dropout.shares_draws_across_batch(word_dropout):
-        log.warning("MC dropout: %s draws masks shared by the whole batch, so its samples run one per pass "
-                    "(eval.batch=%d does not apply)", model.dropout.config.scheme, batch)
+    if batch > 1 and vnn.shares_draws_across_batch(model, embedding=word_dropout):
+        log.warning("MC dropout: the model draws masks shared by the whole batch (weight drop, or masks drawn per "
+                    "batch), so its samples run one per pass (eval.batch=%d does not apply)", batch)
         return 1
     return batch

@@ -39,12 +39,25 @@ def _clone(value):
     return value
 
 
-def _tensors(value) -> list[torch.Tensor]:
+def tensors_of(value) -> list[torch.Tensor]:
+    """The tensors of nested lists and tuples (a recurrent state), in order."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
+        return [t for v in value for t in tensors_of(v)]
     return []
+
+
+def map_tensors(fn: Callable[[torch.Tensor], torch.Tensor], value):
+    """``value`` (tensors in nested tuples and lists, a recurrent state) with ``fn`` applied to every tensor."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    return type(value)(map_tensors(fn, v) for v in value)
+
+
+def detach_state(value):
+    """A recurrent state cut from the graph that made it: truncated BPTT."""
+    return map_tensors(torch.Tensor.detach, value)
 
 
 def _rebuild(value, buffers):
@@ -105,10 +118,10 @@ class ShapeGraphs:
             restore()
 
     def _record(self, args) -> _Recorded:
-        inputs = [t.clone() for t in _tensors(args)]
+        inputs = [t.clone() for t in tensors_of(args)]
         if self.carry is not None:  # the carried argument's tensors: the shared buffers, made at the first record
-            first = len(_tensors(args[:self.carry[1]]))
-            carried = inputs[first:first + len(_tensors(args[self.carry[1]]))]
+            first = len(tensors_of(args[:self.carry[1]]))
+            carried = inputs[first:first + len(tensors_of(args[self.carry[1]]))]
             if self.carried is None:
                 self.carried = carried
             inputs[first:first + len(carried)] = self.carried
@@ -120,7 +133,7 @@ class ShapeGraphs:
             outputs = self.fn(*buffers)
             if self.carry is not None:  # last: every read of the state this call took is before it
                 i = self.carry[0]
-                for buffer, value in zip(self.carried, _tensors(outputs[i]), strict=True):
+                for buffer, value in zip(self.carried, tensors_of(outputs[i]), strict=True):
                     buffer.copy_(value)
                 outputs = (*outputs[:i], _rebuild(outputs[i], iter(self.carried)), *outputs[i + 1:])
         return _Recorded(graph, inputs, outputs)
@@ -136,7 +149,7 @@ class ShapeGraphs:
         recorded = self.recorded.get(shape)
         if recorded is None:
             recorded = self.recorded[shape] = self._record(args)
-        for buffer, value in zip(recorded.inputs, _tensors(args), strict=True):
+        for buffer, value in zip(recorded.inputs, tensors_of(args), strict=True):
             if value is not buffer:  # a carried state passed back as it was returned is in place already
                 buffer.copy_(value)
         recorded.graph.replay()

@@ -13,18 +13,26 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from vdrnn.dropout.learned import LearnedNoise
 from vdrnn.kernels.update import clipped_update
 
 if TYPE_CHECKING:
     from vdrnn.config import TrainerConfig
-    from vdrnn.dropout.learned import NoiseScales
+
+
+def learned_noise(model: torch.nn.Module) -> list[LearnedNoise]:
+    """The model's learned dropout noise (Kingma's log alphas, Concrete dropout's p logits), module by module."""
+    return [m for m in model.modules() if isinstance(m, LearnedNoise)]
+
+
+def noise_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return [p for noise in learned_noise(model) for p in noise.parameters()]
 
 
 def weights_of(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """The model's parameters less its learned noise scales, which weight decay must not touch: shrinking log alpha
+    """The model's parameters less its learned dropout noise, which weight decay must not touch: shrinking log alpha
     towards 0 would push every alpha to 1, a prior of its own on top of Kingma's KL term."""
-    scales = getattr(model, "noise_scales", None)
-    skip = set() if scales is None else {id(p) for p in scales.parameters()}
+    skip = {id(p) for p in noise_parameters(model)}
     return [p for p in model.parameters() if id(p) not in skip]
 
 
@@ -36,9 +44,9 @@ def make_optimizer(model: torch.nn.Module, trainer: TrainerConfig, averaging: bo
     CUDA graph can hold it."""
     l2 = trainer.weight_decay if trainer.weight_decay_mode == "l2" else 0.0
     params = model.parameters()
-    noise = getattr(model, "noise_scales", None)
-    if l2 > 0 and noise is not None:  # log alpha is no weight: no decay on it
-        params = [{"params": weights_of(model)}, {"params": list(noise.parameters()), "weight_decay": 0.0}]
+    noise = noise_parameters(model)
+    if l2 > 0 and noise:  # log alpha is no weight: no decay on it
+        params = [{"params": weights_of(model)}, {"params": noise, "weight_decay": 0.0}]
     if trainer.optimizer == "adam":
         return torch.optim.Adam(params, lr=trainer.lr, weight_decay=l2)
     if averaging or trainer.optimizer == "asgd":  # Merity et al.'s ASGD: averages from its start (t0=0), lambd=0
@@ -71,14 +79,16 @@ def start_averaging_state(optimizer: torch.optim.ASGD) -> None:
 
 
 @torch.no_grad()
-def finish_update(weights: list[torch.nn.Parameter], decay: float, noise_scales: NoiseScales | None) -> None:
+def finish_update(weights: list[torch.nn.Parameter], decay: float, noise: list[LearnedNoise]) -> None:
     """What follows every optimizer step, eager (Optimization.step) or graphed (GraphedTrainStep): Gal's
     decay w <- w - decay * w, independent of the learning rate, on ``weights`` (``weights_of``: log alpha is no
-    weight), then learned dropout variances projected back onto alpha <= 1."""
+    weight), then learned dropout noise projected back onto its allowed set (alpha <= 1), so that every weight a
+    checkpoint keeps is one the model may use (the layers project again before they draw, for models trained
+    elsewhere)."""
     if decay > 0:
         torch._foreach_mul_(weights, 1.0 - decay)  # p.mul_(1 - decay) for all, one launch
-    if noise_scales is not None:
-        noise_scales.clamp_()
+    for module in noise:
+        module.constrain_()
 
 
 class WeightAverage:
@@ -137,7 +147,7 @@ def swapped_weights(params: list[torch.nn.Parameter], values: list[torch.Tensor]
 
 class Optimization:
     """A run's optimizer and what comes with each of its steps: fp16 loss scaling, global-norm clipping, Gal's weight
-    decay, the learned noise's projection, and the weights' moving average (``trainer.ema``).
+    decay, and the weights' moving average (``trainer.ema``).
 
     Also which weights a run validates, keeps and tests (:meth:`evaluation_weights`): the moving average where there
     is one, averaged SGD's running means once it averages (``trainer.optimizer=asgd``, or ``ntasgd`` after its
@@ -171,7 +181,7 @@ class Optimization:
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.trainer.clip)
             self.scaler.step(self.optimizer)
             self.scaler.update()
-        finish_update(weights_of(self.model), self.trainer.gal_decay, self.model.noise_scales)
+        finish_update(weights_of(self.model), self.trainer.gal_decay, learned_noise(self.model))
         return grad_norm
 
     def after_step(self) -> None:

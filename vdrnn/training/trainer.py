@@ -223,15 +223,11 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
 
     # ----------------------------------------------------------------------------- steps
     def kl_term(self) -> torch.Tensor | None:
-        """Kingma's KL per training example, times ``dropout.kl_weight``, to add to the mean training loss; None
-        unless the dropout variances are learned (``dropout.learn_alpha``)."""
+        """The learned dropout noise's regularizer per training example (Kingma's KL, Concrete dropout's), times
+        ``dropout.kl_weight``, to add to the mean training loss; None unless the scheme learns its noise."""
         if self.model.noise_scales is None:
             return None
-        return self.model.noise_scales.kl() * self.kl_scale
-
-    @property
-    def kl_scale(self) -> float:
-        return self.cfg.dropout.kl_weight / self.train_examples
+        return self.model.regularizer(self.train_examples) * self.cfg.dropout.kl_weight
 
     def train_loop(self, batches, step, lr: float, bar: tqdm, sums: EpochSums) -> dict[str, float] | None:
         """Run ``step(batch) -> (mean loss tensor, grad norm, weight, words)`` over an epoch's batches (those after
@@ -336,7 +332,7 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         test metrics of this epoch's weights (``test_*``): a curve, not a result."""
         curve = {k.removeprefix("test_"): v for k, v in valid.items() if k.startswith("test_")}
         valid = {k: v for k, v in valid.items() if not k.startswith("test_")}
-        noise = self.model.noise_scales.summary() if self.model.noise_scales is not None else {}
+        noise = self.model.noise_summary()
         record = {"epoch": epoch, "step": self.progress.step, "lr": lr, **{f"valid_{k}": v for k, v in valid.items()},
                   **{f"test_{k}": v for k, v in curve.items()}, **stats, **noise}
         validated = self.selector in valid
@@ -394,7 +390,7 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         self.folder.load_best(self.model, kept if self.progress.epoch > 0 else None)
         metrics = self.test_metrics()
         if self.model.noise_scales is not None:  # the tested model's learned dropout variances
-            metrics["noise"] = self.model.noise_scales.summary()
+            metrics["noise"] = self.model.noise_summary()
         progress, records = self.progress, self.folder.records()
         metrics.update({
             **progress.summary(self.selector, self.cfg.trainer, self.stopped_early()),

@@ -10,9 +10,11 @@ import re
 import pytest
 import torch
 
+from tests.cells.common import Layer
 from tests.helpers import TINY, history, run_in_process
 from vdrnn.config import ModelConfig
-from vdrnn.dropout import DropoutConfig, make_dropout
+from vdrnn.dropout import WeightDrop
+from vdrnn.dropout.config import DropoutConfig
 from vdrnn.tasks.lm.datasets import tokenize
 from vdrnn.tasks.lm.model import LanguageModel
 
@@ -24,12 +26,19 @@ def awd_model(**dropout) -> LanguageModel:
     cfg = ModelConfig(num_layers=3, hidden_size=12, embedding_size=6, tie_weights=True, init="awd", init_range=0.1,
                       impl="reference")
     p = {"embedding": 0.1, "input": 0.4, "hidden": 0.25, "output": 0.4, "weight": 0.5, "embedding_mask": "batch"}
-    return LanguageModel(V, cfg, make_dropout(DropoutConfig(scheme="awd", **{**p, **dropout})))
+    return LanguageModel(V, cfg, DropoutConfig(scheme="awd", **{**p, **dropout}))
+
+
+def w_hh(model: LanguageModel) -> list[torch.Tensor]:
+    """Every layer's raw W_hh."""
+    return [model.rnn.layer_parameters(k)[1] for k in range(model.rnn.num_layers)]
 
 
 def test_sizes_and_tied_embeddings():
     model = awd_model()
-    assert [(layer.input_size, layer.hidden_size) for layer in model.layers] == [(6, 12), (12, 12), (12, 6)]
+    rnn = model.rnn
+    assert [(rnn.layer_input_size(k), rnn.sizes[k]) for k in range(3)] == [(6, 12), (12, 12), (12, 6)]
+    assert rnn.hidden_size == (12, 12, 6)  # each layer's own size: the state is a tuple of one tensor per layer
     assert model.decoder.weight is model.embedding.weight
     assert torch.all(model.decoder.bias == 0)
 
@@ -38,40 +47,39 @@ def test_the_layer_runs_the_lstm_with_w_hh_times_the_schemes_mask():
     """Weight drop as DropConnect: the layer's output is a plain LSTM's with W_hh' = W_hh * M / (1-p), M the
     mask the scheme drew, and the raw W_hh's gradient is zero exactly where M dropped an entry."""
     torch.manual_seed(0)
-    scheme = make_dropout(DropoutConfig(scheme="awd", weight=0.5))
-    layer = awd_model(embedding=0.0, input=0.0, hidden=0.0, output=0.0).layers[0]
+    layer = Layer("lstm", 6, 12)
     x = torch.randn(T, B, 6)
-    masks = scheme.layer_masks(x, 12, 4, 0)
+    masks = WeightDrop(weight=0.5).layer_masks(x, 12, 4, 0)
     state = (torch.zeros(B, 12), torch.zeros(B, 12))
     y, _ = layer(x, state, masks)
     plain = torch.nn.LSTM(6, 12)
-    plain.load_state_dict(layer.lstm.state_dict())
+    plain.load_state_dict(layer.module.state_dict())
     with torch.no_grad():
         plain.weight_hh_l0.mul_(masks.w_hh.keep * masks.w_hh.scale)
     torch.testing.assert_close(y, plain(x)[0])
     y.sum().backward()
-    grad = layer.lstm.weight_hh_l0.grad
+    grad = layer.module.weight_hh_l0.grad
     assert torch.all(grad[~masks.w_hh.keep] == 0) and (grad[masks.w_hh.keep] != 0).float().mean() > 0.9
 
 
 def test_raw_w_hh_gets_gradients_is_never_overwritten_and_eval_uses_it():
     model = awd_model(embedding=0.0, input=0.0, hidden=0.0, output=0.0)
-    raw = [layer.lstm.weight_hh_l0.detach().clone() for layer in model.layers]
+    raw = [w.detach().clone() for w in w_hh(model)]
     tokens = torch.randint(0, V, (T, B))
-    logits, _ = model(tokens, model.initial_state(B, "cpu"))
+    logits, _ = model.train()(tokens, model.initial_state(B, "cpu"))
     logits.sum().backward()
-    for layer, before in zip(model.layers, raw, strict=True):
-        w = layer.lstm.weight_hh_l0
+    for w, before in zip(w_hh(model), raw, strict=True):
         assert torch.equal(w, before) and w.grad is not None and w.grad.abs().sum() > 0
         assert (w.grad == 0).float().mean() > 0.3  # dropped entries get no gradient this minibatch
     model.eval()
     a, _ = model(tokens, model.initial_state(B, "cpu"))
     b, _ = model(tokens, model.initial_state(B, "cpu"))
     assert torch.equal(a, b)  # evaluation: the raw weights, no mask
-    plain = torch.nn.LSTM(6, 12)
-    plain.load_state_dict(model.layers[0].lstm.state_dict())
-    assert torch.allclose(model.layers[0](model.embedding(tokens), model.initial_state(B, "cpu")[0])[0],
-                          plain(model.embedding(tokens))[0], atol=1e-6)
+    plain = torch.nn.LSTM(6, 12)  # layer 1 of the evaluating model is a stock LSTM on the raw weights
+    plain.load_state_dict({f"{name}_l0": getattr(model.rnn, f"{name}_l0") for name in
+                           ("weight_ih", "weight_hh", "bias_ih", "bias_hh")})
+    embedded = model.embedding(tokens)
+    assert torch.allclose(model.rnn.eval()(embedded)[1][0][0], plain(embedded)[1][0][0], atol=1e-6)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's LSTM needs CUDA")
@@ -80,9 +88,9 @@ def test_weight_drop_trains_through_cudnn_on_the_gpu():
     # must ask for one whenever gradients are on, and still run under no_grad for evaluation.
     model = awd_model().cuda()
     tokens = torch.randint(0, V, (T, B), device="cuda")
-    logits, _ = model(tokens, model.initial_state(B, "cuda"))
+    logits, _ = model.train()(tokens, model.initial_state(B, "cuda"))
     logits.sum().backward()
-    assert all(layer.lstm.weight_hh_l0.grad.abs().sum() > 0 for layer in model.layers)
+    assert all(w.grad.abs().sum() > 0 for w in w_hh(model))
     with torch.no_grad():
         model.eval()
         assert torch.isfinite(model(tokens, model.initial_state(B, "cuda"))[0]).all()
@@ -148,7 +156,7 @@ def test_graphed_awd_steps_and_evaluation_match_eager_ones_through_the_switch_to
                                     f"model.impl={impl}"))
         t = trainer_for(raw, tmp_path / graph)
         assert isinstance(t.graphed_step(), ShapeGraphs) == (graph == "auto")
-        assert all(layer.weight_drop_on_kernels == (impl == "fast") for layer in t.model.layers)
+        assert t.model.rnn.weight_drop_on_kernels == (impl == "fast")
         torch.manual_seed(5)
         batches = list(variable_minibatches(t.train_data, t.cfg.data.bptt))[:10]
         assert len({inputs.shape[0] for inputs, _ in batches}) > 2  # several lengths, a graph each
@@ -181,5 +189,5 @@ def test_under_impl_auto_the_graphed_awd_step_runs_weight_drop_on_the_fused_kern
                                     f"data.root={tiny_corpus}", "device=cuda", f"trainer.cuda_graph={graph}"))
         t = trainer_for(raw, tmp_path / graph)
         t.graphed_step()
-        assert all(layer.weight_drop_on_kernels == on_kernels for layer in t.model.layers)
+        assert t.model.rnn.weight_drop_on_kernels == on_kernels
         t.cleanup()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
 
 import pytest
 import torch
 
+import vdrnn.nn as vnn
 from vdrnn.config import ModelConfig
-from vdrnn.dropout import DropoutConfig, make_dropout
+from vdrnn.dropout.config import DropoutConfig
 from vdrnn.tasks.lm.evaluate import mc_perplexity, perplexity
 from vdrnn.tasks.lm.model import LanguageModel
 
@@ -19,7 +19,7 @@ V = 12
 def model_with(scheme: str, **p) -> LanguageModel:
     torch.manual_seed(0)
     return LanguageModel(V, ModelConfig(num_layers=2, hidden_size=10, impl="reference"),
-                         make_dropout(DropoutConfig(scheme=scheme, **p))).eval()
+                         DropoutConfig(scheme=scheme, **p)).eval()
 
 
 def test_perplexity_matches_a_direct_computation():
@@ -57,15 +57,11 @@ class FixedSamples(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.dummy = torch.nn.Parameter(torch.zeros(1))
-        self.dropout = make_dropout(DropoutConfig(scheme="variational", recurrent=0.5))  # per-sample masks
 
     def initial_state(self, batch, device):
         return None
 
-    def frozen_masks(self):
-        return nullcontext()
-
-    def forward(self, tokens, state, stochastic=None, word_dropout=True):
+    def forward(self, tokens, state):
         steps, replicas = tokens.shape
         return self.PROBS[:replicas].log().expand(steps, replicas, 3), state
 
@@ -120,8 +116,8 @@ def mc_reference(model, stream: torch.Tensor, samples: int, batch: int, word_dro
     with torch.no_grad():
         while done < samples:
             k = min(batch, samples - done)
-            logits, _ = model(stream[:-1, None].expand(-1, k), model.initial_state(k, "cpu"), stochastic=True,
-                              word_dropout=word_dropout)
+            with vnn.mc_dropout(model, embedding=word_dropout):
+                logits, _ = model(stream[:-1, None].expand(-1, k), model.initial_state(k, "cpu"))
             probs.append(logits.double().softmax(dim=-1))  # [T, k, V]
             done += k
     mean = torch.cat(probs, dim=1).mean(dim=1)  # [T, V]: the average over all samples
@@ -187,25 +183,25 @@ def test_stream_masks_are_kept_for_the_whole_stream_as_gals_mc_test(word_dropout
     assert abs(results["minibatch", 7] - results["minibatch", 59]) > 1e-6  # redrawn every 7 tokens
 
 
-def test_frozen_masks_keep_locked_masks_but_not_zaremba_fresh_ones():
+def test_fixed_masks_keep_locked_masks_but_not_zaremba_fresh_ones():
     tokens = torch.randint(0, V, (5, 3))
     for scheme, p, kept in (("variational", {"input": 0.5, "recurrent": 0.5}, True),
                             ("variational", {"embedding": 0.5}, True),  # word types: one table per stream
                             ("zaremba", {"input": 0.5}, False)):
-        model = model_with(scheme, **p)
+        model = model_with(scheme, **p).train()
         state = model.initial_state(3, "cpu")
-        with model.frozen_masks():
-            a, _ = model(tokens, state, stochastic=True)
-            b, _ = model(tokens, state, stochastic=True)
+        with vnn.fixed_masks(model):
+            a, _ = model(tokens, state)
+            b, _ = model(tokens, state)
         assert torch.equal(a, b) == kept
-        c, _ = model(tokens, state, stochastic=True)
+        c, _ = model(tokens, state)
         assert not torch.equal(a, c)  # outside the context masks are drawn per call again
 
 
 def test_mc_with_masks_shared_by_the_batch_runs_its_samples_one_by_one():
     """AWD's weight drop draws one W_hh mask per pass: side by side, all columns would be one sample."""
     model = model_with("awd", weight=0.5)
-    assert model.dropout.shares_draws_across_batch(word_dropout=False)
+    assert vnn.shares_draws_across_batch(model, embedding=False)
     stream = torch.randint(0, V, (40,))
     results = []
     for batch in (8, 1):
@@ -218,7 +214,7 @@ def test_mc_with_masks_shared_by_the_batch_runs_its_samples_one_by_one():
 
 def test_which_schemes_share_draws_across_the_batch():
     def shares(word_dropout=False, **config):
-        return make_dropout(DropoutConfig(**config)).shares_draws_across_batch(word_dropout)
+        return vnn.shares_draws_across_batch(model_with(**config), embedding=word_dropout)
 
     assert not shares(scheme="variational", input=0.5, recurrent=0.5, embedding=0.5)
     assert shares(scheme="variational", input=0.5, locked_mask="batch")

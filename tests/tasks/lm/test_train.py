@@ -333,11 +333,8 @@ def test_eval_of_an_averaged_sgd_runs_last_checkpoint_tests_the_averages(tmp_pat
 
 # ----------------------------------------------------------------------------- AWD's AR / TAR
 def last_layer_output(model, inputs, state) -> torch.Tensor:
-    """The last recurrent layer's output, run layer by layer without any mask (dropout=none)."""
-    x = model.embedding(inputs)
-    for layer, layer_state in zip(model.layers, state, strict=True):
-        x, _ = layer(x, layer_state, None)
-    return x
+    """The last recurrent layer's output before its output mask (its other masks at p 0 draw nothing)."""
+    return model.rnn(model.embedding(inputs), state, drop_output=False)[0]
 
 
 def step_gradients(t: LanguageModelTrainer, inputs, targets) -> list[torch.Tensor]:

@@ -79,7 +79,7 @@ def test_imdb_run_writes_metrics_checkpoints_and_events(imdb_run):
     assert min(e["valid_nll"] for e in epochs) == pytest.approx(metrics["best_valid_nll"])
     for name in ("last.pt", "best.pt"):
         payload = torch.load(imdb_run / name, weights_only=True)
-        assert payload["config"]["data"]["name"] == "imdb" and "module.weight_hh_l0" in "".join(payload["model"])
+        assert payload["config"]["data"]["name"] == "imdb" and "rnn.weight_hh_l0" in payload["model"]
     events = list(imdb_run.glob("events.out.tfevents.*"))
     assert len(events) == 1  # hparams live in the run's own file
     acc = events_of(imdb_run)
@@ -143,7 +143,7 @@ def test_scale_regression_run_reports_rmse_both_ways(tmp_path, scale_dir):
     best = tmp_path / "run" / "best.pt"
     checkpoint.load_model_state(model, checkpoint.load(best), best, "the run's own model")
     with torch.no_grad():
-        outputs = model.eval()(task.test.tokens.t(), task.test.lengths, stochastic=False).squeeze(-1).double()
+        outputs = model.eval()(task.test.tokens.t(), task.test.lengths).squeeze(-1).double()
     predicted = task.target_mean + task.target_std * outputs
     ratings = task.target_mean + task.target_std * task.test.targets.double()
     assert metrics["test_rmse"] == pytest.approx((predicted - ratings).pow(2).mean().sqrt().item(), rel=1e-5)
@@ -187,7 +187,7 @@ def test_gru_with_learned_gaussian_noise_trains_its_alpha(tmp_path, imdb_dir):
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert 0 < metrics["noise"]["alpha_recurrent0"] <= 1 and metrics["noise"]["kl"] > 0
     state = torch.load(tmp_path / "run" / "best.pt", weights_only=True)["model"]
-    recurrent = state["noise_scales.log_alpha.recurrent0"]
+    recurrent = state["rnn.noise.log_alpha.recurrent0"]
     assert recurrent.shape == (3, 16) and recurrent.max() <= 0
     assert not torch.allclose(recurrent, torch.full_like(recurrent, math.log(0.3 / 0.7)))  # trained from alpha = p / (1 - p)
 

@@ -15,7 +15,7 @@ from torch import nn
 
 from tests.helpers import fit, trainer_for
 from vdrnn.calibration import ece_difference, ece_floor, expected_calibration_error, reliability_bins
-from vdrnn.dropout import DropoutConfig, make_dropout
+from vdrnn.dropout.config import DropoutConfig
 from vdrnn.errors import ConfigError, DataError
 from vdrnn.tasks.sentiment.config import SentimentDataConfig, SentimentModelConfig
 from vdrnn.tasks.sentiment.data import CLASSIFICATION, Split, load_data
@@ -217,7 +217,7 @@ def test_scale_splits_by_review_keeps_repeated_texts_once_and_standardises_on_tr
 
 def model(cell_type: str, scheme: str, p: dict) -> SentimentModel:
     torch.manual_seed(0)
-    dropout = make_dropout(DropoutConfig(scheme=scheme, **p))
+    dropout = DropoutConfig(scheme=scheme, **p)
     return SentimentModel(30, 2, SentimentModelConfig(cell=cell_type, hidden_size=8, num_layers=2, impl="reference"),
                           dropout)
 
@@ -234,17 +234,19 @@ def test_padding_never_changes_the_output(cell, scheme, p):
     tokens[5:, 0], tokens[2:, 1] = PAD_ID, PAD_ID
     padded = torch.cat([tokens, torch.zeros(6, 3, dtype=torch.long)])  # 6 more steps of padding
     # Deterministic: a review alone, unpadded, gives what it gives inside a padded batch.
-    batch = net(padded, lengths, stochastic=False)
+    net.eval()
+    batch = net(padded, lengths)
     for i in range(3):
-        alone = net(tokens[: lengths[i], i : i + 1], lengths[i : i + 1], stochastic=False)
+        alone = net(tokens[: lengths[i], i : i + 1], lengths[i : i + 1])
         assert torch.allclose(alone, batch[i : i + 1], atol=1e-6)
     # Under dropout: the masks have no time axis, so the same draws give the same outputs at any padding.
+    net.train()
     torch.manual_seed(1)
-    short = net(tokens, lengths, stochastic=True)
+    short = net(tokens, lengths)
     torch.manual_seed(1)
-    long = net(padded, lengths, stochastic=True)
+    long = net(padded, lengths)
     assert torch.allclose(short, long, atol=1e-6)
-    assert not torch.allclose(short, net(tokens, lengths, stochastic=False))  # dropout did act
+    assert not torch.allclose(short, net.eval()(tokens, lengths))  # dropout did act
 
 
 def test_classification_metrics_on_a_hand_computed_example():
@@ -351,11 +353,9 @@ class PerReviewFake(nn.Module):
     def __init__(self):
         super().__init__()
         self.anchor = nn.Parameter(torch.zeros(()))  # gives predict_mc a device
-        self.dropout = make_dropout(DropoutConfig(scheme="variational", recurrent=0.5))  # per-sample masks
         self.draws: dict[int, int] = {}
 
-    def forward(self, tokens, lengths, stochastic, word_dropout):
-        assert stochastic
+    def forward(self, tokens, lengths):
         out = []
         for review in (tokens[0] - 2).tolist():
             sample = self.draws.get(review, 0)
@@ -437,8 +437,8 @@ def test_keras_init_is_gal_scripts_layer_defaults(cell):
     torch.manual_seed(0)
     D, H = 24, 16
     config = SentimentModelConfig(cell=cell, hidden_size=H, embedding_size=D, init="keras")
-    model = SentimentModel(50, 2, config, make_dropout(DropoutConfig(scheme="variational")))
-    rnn = model.layers[0].lstm if cell == "lstm" else model.layers[0].module
+    model = SentimentModel(50, 2, config, DropoutConfig(scheme="variational"))
+    rnn = model.rnn
     gates = {"lstm": 4, "gru": 3, "rnn": 1}[cell]
     bound = math.sqrt(6 / (D + H))
     for w_ih, w_hh in zip(rnn.weight_ih_l0.chunk(gates), rnn.weight_hh_l0.chunk(gates), strict=True):
@@ -463,7 +463,7 @@ def test_mc_with_masks_shared_by_the_batch_runs_its_passes_one_by_one():
     torch.manual_seed(0)
     # init_range 0.5, not the default 0.05: outputs far enough from 1/2 for the samples to differ measurably.
     config = SentimentModelConfig(hidden_size=8, impl="reference", init_range=0.5)
-    shared = make_dropout(DropoutConfig(scheme="variational", input=0.5, recurrent=0.5, locked_mask="batch"))
+    shared = DropoutConfig(scheme="variational", input=0.5, recurrent=0.5, locked_mask="batch")
     model = SentimentModel(20, 2, config, shared)
     split = Split(torch.randint(2, 20, (6, 7)), torch.full((6,), 7), torch.zeros(6, dtype=torch.long))
     results = []
@@ -482,13 +482,13 @@ def test_the_output_mask_drops_inputs_of_the_head():
     """Gal's sentiment model is recurrent layer -> dropout -> dense: a dropped unit gives its head column no gradient."""
     torch.manual_seed(0)
     model = SentimentModel(20, 2, SentimentModelConfig(hidden_size=16, impl="reference"),
-                           make_dropout(DropoutConfig(scheme="variational", output=0.5)))
+                           DropoutConfig(scheme="variational", output=0.5))
     tokens, lengths = torch.randint(2, 20, (6, 1)), torch.tensor([6])
-    model(tokens, lengths, stochastic=True).sum().backward()
+    model.train()(tokens, lengths).sum().backward()
     dead = (model.head.weight.grad == 0).all(dim=0)
     assert 0 < dead.sum() < 16
     model.zero_grad()
-    model(tokens, lengths, stochastic=False).sum().backward()  # weight scaling: every unit reaches the head
+    model.eval()(tokens, lengths).sum().backward()  # weight scaling: every unit reaches the head
     assert not (model.head.weight.grad == 0).all(dim=0).any()
 
 
@@ -532,7 +532,7 @@ def test_mc_regression_side_by_side_equals_one_pass_at_a_time_in_expectation():
     # average would be a single draw, as far from the expectation as the sequential average's spread times sqrt(K).
     torch.manual_seed(0)
     net = SentimentModel(30, 1, SentimentModelConfig(cell="lstm", hidden_size=16, impl="reference"),
-                         make_dropout(DropoutConfig(scheme="variational", **VARIATIONAL)))
+                         DropoutConfig(scheme="variational", **VARIATIONAL))
     for p in net.parameters():  # large weights, so that masks move the prediction a lot
         p.data.uniform_(-1.0, 1.0)
     tokens = torch.randint(2, 30, (6, 12))
@@ -750,7 +750,7 @@ def test_the_scale_loss_is_the_mse_of_the_ratings_plus_the_kl_term_of_learned_no
     def recorded_step(loss):
         targets = batches[-1][2]
         mse = (outputs[-1].squeeze(-1) - targets).square().mean()
-        kl = 0.5 * model.noise_scales.kl().detach() / len(trainer.data.train)
+        kl = 0.5 * model.regularizer(len(trainer.data.train)).detach()
         steps.append((loss.detach().clone(), mse, kl))
         return optimizer_step(loss)
 

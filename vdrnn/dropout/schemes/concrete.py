@@ -2,37 +2,49 @@
 
     z = (1 - sigmoid((logit p + log u - log(1-u)) / t)) / (1-p),   u ~ U(0, 1)   (the relaxed Bernoulli)
 
-- tensors: the variational scheme's (:mod:`~vdrnn.dropout.schemes.variational`): each layer's input x_t
-  (``dropout.input``; ``dropout.hidden`` above layer 1 where set), h_{t-1} (``dropout.recurrent``) and the output
-  (``dropout.output``), their p's learned, **one p per site and layer**, starting at those values; word types
-  (``dropout.embedding``) keep a fixed p and Bernoulli draws (a word-type mask is no input of a weight matrix);
-- shapes and draws: [B, D] per sample, **fixed over the sequence**, tied gates ([1, D] with ``locked_mask=batch``);
-- scaling: inverted (1/(1-p)), so weight scaling (``eval=scale``) sets every mask to one;
-- MC (``eval=mc``): the relaxed masks at the learned p's, kept for the test stream as Gal's (``mc_masks=stream``);
+- tensors: the variational scheme's (:class:`~vdrnn.dropout.schemes.variational.Variational`): each layer's input
+  x_t (``input``; ``between`` above layer 1 where set), h_{t-1} (``recurrent``) and the output (``output``), their
+  p's learned, **one p per site and layer**, starting at those values; a site at p = 0 has no mask and learns nothing;
+- shapes and draws: [B, D] per sequence, **fixed over the sequence**, tied gates ([1, D] with ``per="batch"``);
+- scaling: inverted (1/(1-p)), so weight scaling (``module.eval()``) sets every mask to one;
+- MC: the relaxed masks at the learned p's, kept across calls inside ``vdrnn.nn.fixed_masks`` as Gal's;
 - objective: the loss plus the regularizer of :class:`vdrnn.dropout.concrete.ConcreteRates` over N, the training
-  tokens (times ``dropout.kl_weight``), whose entropy term lets p rise where the likelihood does not pull it down;
-  temperature ``dropout.temperature`` (0.1), prior length-scale ``dropout.lengthscale`` (1e-4), as the reference
-  code.
-
-The learned p's are logged per site to TensorBoard (``noise/p_input0``, ...) and shown by the report.
+  examples the loss averages over (the module's ``regularizer(N)``), whose entropy term lets p rise where the
+  likelihood does not pull it down; ``temperature`` t (0.1) and the prior length-scale ``lengthscale`` (1e-4) as the
+  reference code.
 """
 
 from __future__ import annotations
 
-from vdrnn.dropout.registry import register
-from vdrnn.dropout.schemes.variational import VariationalDropout
+from dataclasses import dataclass
+
+from vdrnn.dropout.schemes.variational import Variational, require_something_to_learn
 
 
-@register
-class ConcreteDropout(VariationalDropout):
-    name = "concrete"
-    per_gate_masks = False
-    learns_rates = True
-    table_order = 45
+@dataclass(frozen=True, kw_only=True)
+class Concrete(Variational):
+    temperature: float = 0.1
+    lengthscale: float = 1e-4
 
-    def noise_scales(self, layers, outputs, weights):
+    def __post_init__(self):
+        super().__post_init__()
+        if self.gates != "tied":
+            raise ValueError("Concrete(gates='untied'): Concrete dropout learns one p per site, shared by the gates; "
+                             "use gates='tied'")
+        for name in ("temperature", "lengthscale"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"Concrete({name}={value!r}): must be a number > 0")
+        require_something_to_learn(self)
+
+    @property
+    def learns(self):
+        return True
+
+    def learned_noise(self, layers, output_size):
         from vdrnn.dropout.concrete import (
             ConcreteRates,  # an nn.Module: torch, which only a model being built needs
         )
 
-        return self.learn(ConcreteRates(self.config, layers, weights))
+        return ConcreteRates(self, layers, output_size)
+

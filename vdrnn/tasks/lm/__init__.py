@@ -44,10 +44,9 @@ class LanguageModelling(Task):
         return load_streams(cfg, self.dataset_module(cfg.data))
 
     def build_model(self, cfg, data, device):
-        from vdrnn.dropout import make_dropout
         from vdrnn.tasks.lm.model import LanguageModel
 
-        return LanguageModel(len(data.vocab), cfg.model, make_dropout(cfg.dropout)).to(device)
+        return LanguageModel(len(data.vocab), cfg.model, cfg.dropout).to(device)
 
     def evaluate_model(self, model, data, cfg):
         from vdrnn.tasks.lm.evaluate import evaluate_all

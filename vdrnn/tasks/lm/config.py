@@ -15,7 +15,7 @@ from vdrnn.config import (
     model_from,
     run_settings,
 )
-from vdrnn.dropout import DropoutConfig
+from vdrnn.dropout.config import DropoutConfig
 from vdrnn.errors import ConfigError
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+import vdrnn.nn as vnn
 from vdrnn.calibration import Calibration, token_scores
 from vdrnn.tasks.lm.data import TokenStreams, batchify, minibatches
 from vdrnn.tasks.lm.model import LanguageModel
@@ -67,9 +68,11 @@ def perplexity(model: LanguageModel, stream: torch.Tensor, batch_size: int, bptt
     data = batchify(stream, batch_size).to(device)
     state = model.initial_state(batch_size, device)
 
+    model.eval()
+
     def nll_sum(inputs, targets, state):
         with autocast(device, amp):
-            logits, state = model(inputs, state, stochastic=False)
+            logits, state = model(inputs, state)
         logits, targets = logits.flatten(0, 1).float(), targets.flatten()
         scores = token_scores(logits.softmax(dim=-1), targets) if calibration is not None else ()
         return F.cross_entropy(logits, targets, reduction="sum").double(), state, scores
@@ -103,6 +106,7 @@ def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batc
     device = next(model.parameters()).device
     stream = stream.to(device)
     batch = samples_side_by_side(model, batch, word_dropout)
+    model.eval()
     # prob_sum[t] = sum over samples of p(stream[t + 1] | stream[: t + 1]).
     prob_sum = torch.zeros(stream.numel() - 1, device=device, dtype=torch.float64)
     one_pass = batch >= samples
@@ -114,12 +118,12 @@ def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batc
         replicas = min(batch, samples - done)
         data = stream.unsqueeze(1).expand(-1, replicas)  # every column is the whole stream
         state = model.initial_state(replicas, device)
-        frozen = model.frozen_masks() if masks == "stream" else nullcontext()
-        with frozen:
+        frozen = vnn.fixed_masks(model) if masks == "stream" else nullcontext()
+        with frozen, vnn.mc_dropout(model, embedding=word_dropout):
             for start, (inputs, _) in zip(range(0, stream.numel() - 1, bptt), minibatches(data, bptt), strict=True):
                 targets = stream[start + 1 : start + 1 + inputs.shape[0]]
                 with autocast(device, amp):
-                    logits, state = model(inputs, state, stochastic=True, word_dropout=word_dropout)
+                    logits, state = model(inputs, state)
                 # log p(target) of every replica; cross_entropy's fused log-softmax reads the [T, K, V]
                 # logits once (logsumexp + gather made several full-size intermediates: 3x slower).
                 log_p = -F.cross_entropy(logits.float().flatten(0, 1), targets.repeat_interleave(replicas),

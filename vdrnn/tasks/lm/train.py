@@ -17,14 +17,13 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from vdrnn.cells.lstm import LSTMLayer
 from vdrnn.kernels.graph import GraphedTrainStep
 from vdrnn.tasks.lm.data import batchify, minibatches, variable_minibatches
 from vdrnn.tasks.lm.evaluate import evaluate_all, exp_or_inf, graphs_apply, perplexity
-from vdrnn.tasks.lm.model import LanguageModel, detach_state
+from vdrnn.tasks.lm.model import LanguageModel
 from vdrnn.training import checkpoint
 from vdrnn.training.device import autocast
-from vdrnn.training.graphs import ShapeGraphs
+from vdrnn.training.graphs import ShapeGraphs, detach_state, map_tensors
 from vdrnn.training.loop import EpochSums
 from vdrnn.training.trainer import EpochTrainer
 
@@ -111,14 +110,13 @@ class LanguageModelTrainer(EpochTrainer):
                 if t.amp != "off":  # autocast's cache of cast weights must not outlive a capture: the eager step
                     return None
                 if self.cfg.model.impl == "auto":  # weight drop on the fused kernels: graphed, the faster
-                    for layer in self.model.layers:
-                        layer.weight_drop_on_kernels = isinstance(layer, LSTMLayer)
+                    self.model.rnn.weight_drop_on_kernels = True
                 self.optimization.fold_clip = True  # one pass over the weights (vdrnn.kernels.update)
                 self._graphed = ShapeGraphs(self.train_step, keep=self.snapshot, carry=(2, 2))  # the state, step to step
             else:
                 self._graphed = GraphedTrainStep(self.model, self.optimization.optimizer, t.clip, d.batch_size,
                                                  d.bptt, t.gal_decay, t.amp, sum_over_time=t.loss == "sum_over_time",
-                                                 kl_scale=self.kl_scale)
+                                                 regularizer=self.kl_term)
         return self._graphed
 
     def snapshot(self):
@@ -152,7 +150,7 @@ class LanguageModelTrainer(EpochTrainer):
             self.next_row, self.carried = 0, self.model.initial_state(d.batch_size, self.device)
         else:
             self.next_row = position["row"]
-            self.carried = [(h.to(self.device), c.to(self.device)) for h, c in position["state"]]
+            self.carried = map_tensors(lambda t: t.to(self.device), position["state"])
 
         def step(batch):
             inputs, targets = batch
@@ -181,7 +179,7 @@ class LanguageModelTrainer(EpochTrainer):
         return loss, grad_norm
 
     def epoch_position(self) -> dict[str, Any]:
-        return {"row": self.next_row, "state": [(h.detach().clone(), c.detach().clone()) for h, c in self.carried]}
+        return {"row": self.next_row, "state": map_tensors(lambda t: t.detach().clone(), self.carried)}
 
     def loss_scalars(self, mean_loss: float) -> dict[str, float]:
         return {"train/ppl": exp_or_inf(mean_loss)}

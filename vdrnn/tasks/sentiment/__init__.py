@@ -52,10 +52,9 @@ class Sentiment(Task):
         return load_data(cfg, self.dataset_module(cfg.data))
 
     def build_model(self, cfg, data, device):
-        from vdrnn.dropout import make_dropout
         from vdrnn.tasks.sentiment.model import SentimentModel
 
-        return SentimentModel(len(data.vocab), data.num_outputs, cfg.model, make_dropout(cfg.dropout)).to(device)
+        return SentimentModel(len(data.vocab), data.num_outputs, cfg.model, cfg.dropout).to(device)
 
     def evaluate_model(self, model, data, cfg):
         from vdrnn.tasks.sentiment.train import evaluate_all

@@ -20,7 +20,7 @@ from vdrnn.config import (
     model_from,
     run_settings,
 )
-from vdrnn.dropout import DropoutConfig
+from vdrnn.dropout.config import DropoutConfig
 from vdrnn.errors import ConfigError
 
 # Settings that only the language model's trainer and MC test read (vdrnn/tasks/lm/): how

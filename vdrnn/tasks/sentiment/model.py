@@ -1,12 +1,13 @@
-"""The sentiment model: embedding -> recurrent layers -> dropout -> linear, read at the last real step.
+"""The sentiment model: embedding -> recurrent layers -> dropout -> linear, read at the last real step; built from
+:mod:`vdrnn.nn`.
 
-    tokens -> embedding -> [word-type mask] -> layer 1 (x-, h- or c-masks) -> ... -> layer L
+    tokens -> embedding [word-type mask] -> layer 1 (x-, h- or c-masks) -> ... -> layer L
            -> output at step length-1 -> [output mask] -> linear -> logits (IMDB) or rating (scale)
 
-Each ``forward`` (one minibatch) draws its masks as the scheme says (:mod:`vdrnn.dropout`): fixed-over-time
-masks once per call, per sample or shared by the batch; Zaremba's afresh at every step. Padding cannot change a
-review's output: the recurrence is causal, so the padded steps after a review's end never reach its step
-``length - 1``, which is the step the head reads.
+Each ``forward`` (one minibatch) draws its masks as the scheme says in training (:mod:`vdrnn.dropout`):
+fixed-over-time masks once per call, per sequence or shared by the batch; Zaremba's afresh at every step. Padding
+cannot change a review's output: the recurrence is causal, so the padded steps after a review's end never reach its
+step ``length - 1``, which is the step the head reads.
 """
 
 from __future__ import annotations
@@ -14,50 +15,43 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vdrnn.cells import make_layer
-from vdrnn.cells.init import initialize, layer_shapes, site_weights
-from vdrnn.dropout import DropoutScheme
+import vdrnn.nn as vnn
+from vdrnn.dropout.config import DropoutConfig
+from vdrnn.tasks.init import initialize
 from vdrnn.tasks.sentiment.config import SentimentModelConfig
+
+RECURRENT = {"lstm": vnn.LSTM, "gru": vnn.GRU, "rnn": vnn.RNN}  # cell.type -> the vdrnn.nn module
 
 
 class SentimentModel(nn.Module):
-    def __init__(self, vocab_size: int, num_outputs: int, config: SentimentModelConfig, dropout: DropoutScheme):
+    def __init__(self, vocab_size: int, num_outputs: int, config: SentimentModelConfig, dropout: DropoutConfig):
         super().__init__()
         self.vocab_size = vocab_size
         self.config = config
-        self.dropout = dropout
         embedding = config.embedding_size or config.hidden_size
-        self.embedding = nn.Embedding(vocab_size, embedding)
-        sizes = [embedding] + [config.hidden_size] * config.num_layers
-        self.layers = nn.ModuleList(make_layer(config.cell, sizes[i], config.hidden_size, config.impl)
-                                    for i in range(config.num_layers))
+        self.embedding = vnn.Embedding(vocab_size, embedding, **dropout.word_dropout())
+        self.rnn = RECURRENT[config.cell](embedding, config.hidden_size, config.num_layers,
+                                          dropout=dropout.scheme_object(), impl=config.impl)
         self.head = nn.Linear(config.hidden_size, num_outputs)
-        initialize(self, config, self.embedding, self.head)
-        # After initialize, as in LanguageModel: its uniform init would overwrite log alpha's starting values.
-        self.noise_scales = dropout.noise_scales(layer_shapes(self.layers), num_outputs,
-                                               site_weights(self.layers, self.head))
+        initialize(self, config, self.embedding, self.rnn, self.head)
 
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, stochastic: bool | None = None,
-                word_dropout: bool = True) -> torch.Tensor:
-        """tokens [T, B] (padded after each review's end), lengths [B] -> outputs [B, num_outputs].
+    @property
+    def noise_scales(self):
+        """The scheme's learned dropout noise (parameters of the recurrent layers, kept from weight decay), or None."""
+        return self.rnn.noise
 
-        ``stochastic`` (default: ``self.training``) draws dropout masks; off, every mask is one
-        (weight scaling). MC evaluation passes ``stochastic=True`` and its ``word_dropout`` choice.
-        """
-        stochastic = self.training if stochastic is None else stochastic
-        x = self.embedding(tokens)
-        if stochastic and word_dropout:
-            table = self.dropout.word_type_table(tokens.shape[1], self.vocab_size, tokens)
-            x = self.dropout.drop_words(x, tokens, table)
-        batch = tokens.shape[1]
-        for index, layer in enumerate(self.layers):
-            masks = (self.dropout.layer_masks(x, layer.hidden_size, layer.gates, index) if stochastic
-                     else self.dropout.expected_masks(x, layer.hidden_size, index))
-            x, _ = layer(x, layer.initial_state(batch, x.device), masks)
-        # The output at each review's last real step: [1, B, H].
+    def regularizer(self, num_examples: int) -> torch.Tensor:
+        """The learned dropout noise's regularizer per training review (zero for a scheme that learns none)."""
+        return self.rnn.regularizer(num_examples, self.head.weight)
+
+    def noise_summary(self) -> dict[str, float]:
+        """Each site's learned dropout noise and the regularizer; empty for a scheme that learns none."""
+        return self.rnn.noise_summary(self.head.weight)
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """tokens [T, B] (padded after each review's end), lengths [B] -> outputs [B, num_outputs]."""
+        x, _ = self.rnn(self.embedding(tokens), drop_output=False)
+        # The output at each review's last real step: [1, B, H], dropped there alone (a mask on every step would
+        # draw T times the masks for the one the head reads).
         last = x.gather(0, (lengths - 1).to(x.device).view(1, -1, 1).expand(1, -1, x.shape[-1]))
-        if stochastic:
-            out_mask = self.dropout.output_mask(last)
-            if out_mask is not None:
-                last = last * out_mask.to(last.dtype)
-        return self.head(last.squeeze(0))
+        return self.head(self.rnn.drop_output(last).squeeze(0))

@@ -7,8 +7,8 @@ their *probabilities* (classification) or predictions (regression):
     p_MC(y | x) = 1/K sum_k softmax(f(x; masks_k))      then accuracy, NLL, ECE, entropy of p_MC
 
 Averaging probabilities, not logits or log-probabilities, is what makes it the MC estimate of the
-predictive distribution. The passes run side by side: each review of a minibatch is replicated
-min(samples, ``eval.batch``) times, each copy drawing its own per-sample masks, and a minibatch holds
+predictive distribution. The passes run side by side (:func:`vdrnn.nn.mc_predict`): each review of a minibatch is
+replicated min(samples, ``eval.batch``) times, each copy drawing its own per-sequence masks, and a minibatch holds
 ``data.eval_batch_size`` // replicas reviews (one at least). A scheme whose masks are shared by the batch
 (AWD's weight drop, ``*_mask=batch``) runs its passes one at a time instead.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+import vdrnn.nn as vnn
 from vdrnn.tasks.sentiment.config import SentimentRunConfig
 from vdrnn.tasks.sentiment.data import CLASSIFICATION, SentimentData, Split, minibatches
 from vdrnn.tasks.sentiment.metrics import classification_metrics, rmse
@@ -37,10 +38,11 @@ def readout(outputs: torch.Tensor, kind: str) -> torch.Tensor:
 def predict(model: SentimentModel, split: Split, kind: str, batch_size: int, amp: str = "off") -> torch.Tensor:
     """Weight-scaling predictions of every sequence of ``split``, in order (on the CPU)."""
     device = next(model.parameters()).device
+    model.eval()
     out = []
     for tokens, lengths, _ in minibatches(split, batch_size):
         with autocast(device, amp):
-            outputs = model(tokens.to(device), lengths.to(device), stochastic=False)
+            outputs = model(tokens.to(device), lengths.to(device))
         out.append(readout(outputs, kind).cpu())
     return torch.cat(out)
 
@@ -55,19 +57,12 @@ def predict_mc(model: SentimentModel, split: Split, kind: str, samples: int, sam
     reviews = max(1, batch_size // replicas)  # sequences per pass = reviews x replicas
     out, bar = [], mc_progress(samples, progress)
     for tokens, lengths, _ in minibatches(split, reviews):
-        tokens, lengths = tokens.to(device), lengths.to(device)
-        total, done = None, 0
-        while done < samples:
-            k = min(replicas, samples - done)
-            # Copy j of review i is column j * B + i: every copy gets its own masks.
-            with autocast(device, amp):
-                outputs = model(tokens.repeat(1, k), lengths.repeat(k), stochastic=True, word_dropout=word_dropout)
-            predictions = readout(outputs, kind)
-            summed = predictions.view(k, -1, *predictions.shape[1:]).sum(dim=0)
-            total = summed if total is None else total + summed
-            done += k
-            bar.update(k * len(lengths) / len(split))
-        out.append((total / samples).cpu())
+        with autocast(device, amp):
+            prediction = vnn.mc_predict(model, (tokens.to(device), lengths.to(device)), samples, batch_dim=(1, 0),
+                                        output_batch_dim=0, samples_per_call=replicas, embedding=word_dropout,
+                                        keep_samples=False, probabilities=lambda outputs: readout(outputs, kind))
+        out.append(prediction.mean.cpu())
+        bar.update(samples * len(lengths) / len(split))
     bar.n = samples  # whole, not a float sum's rounding
     bar.close()
     return torch.cat(out)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vdrnn.dropout import SCHEMES
+from vdrnn.dropout.config import SCHEMES
 from vdrnn.report.evaluations import Metric, evaluation_columns, evaluation_table
 from vdrnn.report.found import by_dataset, numbers_as_numbers
 from vdrnn.report.plots import draw_curves, save_curves
