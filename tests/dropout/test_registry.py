@@ -18,8 +18,8 @@ from tests.helpers import composed, train
 from vdrnn.config import to_container
 from vdrnn.dropout.config import SCHEMES, DropoutConfig, in_table_order
 from vdrnn.errors import ConfigError
+from vdrnn.report.sentiment import scheme_rank
 from vdrnn.tasks import task_of
-from vdrnn.tasks.sentiment.report import scheme_rank
 
 
 def test_every_scheme_module_has_an_entry_and_every_entry_its_yaml():

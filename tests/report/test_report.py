@@ -12,10 +12,10 @@ import pytest
 from tests.helpers import TINY, run_in_process
 from vdrnn import report
 from vdrnn.report.found import find_runs
+from vdrnn.report.lm import collect_ptb, plot_ptb
 from vdrnn.report.plots import reliability_panel, save_curves
 from vdrnn.report.rows import base_settings, mean_std, scheme_name, settings
-from vdrnn.tasks.lm.report import collect_ptb, plot_ptb
-from vdrnn.tasks.sentiment.report import scheme_rank
+from vdrnn.report.sentiment import scheme_rank
 
 
 @pytest.mark.slow
@@ -416,7 +416,7 @@ def test_curve_panels_go_small_medium_large_then_other_sizes(tmp_path, monkeypat
         titles.extend(ax.get_title() for ax in axes)
         plt.close(fig)
 
-    monkeypatch.setattr("vdrnn.tasks.lm.report.save_curves", save_curves)  # where plot_ptb finds it
+    monkeypatch.setattr("vdrnn.report.lm.save_curves", save_curves)  # where plot_ptb finds it
     plot_ptb(collect_ptb(find_runs([tmp_path / "runs"])), tmp_path / "plot.png")
     assert titles == [f"PTB {size}: validation perplexity"
                       for size in ("small", "medium", "large", "300 units", "1000 units")]
@@ -461,7 +461,7 @@ def test_every_point_of_the_curves_is_inside_the_frame(tmp_path, monkeypatch):
         frames.extend((ax.get_ylim(), [v for line in ax.get_lines() for v in line.get_ydata()]) for ax in axes)
         plt.close(fig)
 
-    monkeypatch.setattr("vdrnn.tasks.lm.report.save_curves", save_curves)
+    monkeypatch.setattr("vdrnn.report.lm.save_curves", save_curves)
     plot_ptb(collect_ptb(find_runs([tmp_path / "runs"])), tmp_path / "plot.png")
     [((low, high), points)] = frames
     assert sorted(points) == sorted([900.0, 300.0, 140.0, 125.0, 400.0, 120.0, 90.0, 80.0])
@@ -485,7 +485,7 @@ def test_a_fine_tuning_runs_curve_goes_on_after_the_epochs_of_the_weights_it_sta
         lines.update((line.get_label(), list(line.get_xdata())) for ax in axes for line in ax.get_lines())
         plt.close(fig)
 
-    monkeypatch.setattr("vdrnn.tasks.lm.report.save_curves", save_curves)
+    monkeypatch.setattr("vdrnn.report.lm.save_curves", save_curves)
     plot_ptb(collect_ptb(find_runs([runs])), tmp_path / "plot.png")
     assert lines == {"AWD-LSTM (no fine-tuning) (n=1)": [1, 2, 3], "AWD-LSTM (fine-tuned) (n=1)": [4, 5]}
     assert [row["row"] for row in ptb_rows(tmp_path)] == ["AWD-LSTM (no fine-tuning)", "AWD-LSTM (fine-tuned)"]

@@ -10,7 +10,7 @@ The last column lists what its runs' command lines changed beyond their preset (
 ``trainer.clip=5 (seed 1)`` where only some seeds did), so a row that departs from the paper's settings says so
 beside the paper's numbers; the epochs column shows a seed that a time cap stopped early.
 
-Each task tabulates its own runs (its ``report()`` module): language models a Table 1 per corpus. Sentiment runs
+Each task has tables of its own (:data:`TASK_TABLES`): language models a Table 1 per corpus. Sentiment runs
 (``dataset=imdb|scale``) get a table per dataset, one row per cell x scheme (with its units): test
 accuracy, NLL, ECE and entropy (IMDB) or RMSE (scale) of the kept checkpoint (best.pt: the best-validation
 epoch's, or under ``trainer.select=last`` the last epoch's), with weight scaling and MC dropout; and the test error
@@ -32,10 +32,15 @@ from typing import Any
 
 from vdrnn.config import key_among
 from vdrnn.errors import VdrnnError
+from vdrnn.report import lm, sentiment
 from vdrnn.report.evaluations import find_evaluations
 from vdrnn.report.found import check_found, find_runs, warn_of_failed
 from vdrnn.report.rows import NOT_SETTINGS, Row, run_settings
 from vdrnn.tasks import TASKS, Task, task_of
+
+# Each task's tables, by its name (data.task): ``collect`` its runs into rows, ``write`` their tables and
+# plots, and ``write_evaluations`` the table of its `vdrnn eval`s.
+TASK_TABLES = {"lm": lm, "sentiment": sentiment}
 
 # What names a row (its scheme, dropout column, cell, paper row and size: ptb_identity, sentiment_identity), so that
 # runs apart in it are never one row, pooled or not.
@@ -73,7 +78,7 @@ def write_report(folders: list[Path], out: Path, pooled: tuple[str, ...] = ()) -
     Runs that differ only in ``pooled`` settings are seeds of one row."""
     check_poolable(pooled)
     runs, evaluations = find_runs(folders), find_evaluations(folders)  # read once, each task takes its own
-    collected = {task: task.report().collect(of_task(runs, task), pooled) for task in TASKS.values()}
+    collected = {task: TASK_TABLES[task.name].collect(of_task(runs, task), pooled) for task in TASKS.values()}
     check_found(folders, bool(runs or evaluations))
     warn_of_failed(runs)
     check_pooled_keys_exist(folders, [row for groups in collected.values() for rows in groups.values()
@@ -81,11 +86,11 @@ def write_report(folders: list[Path], out: Path, pooled: tuple[str, ...] = ()) -
     out.mkdir(parents=True, exist_ok=True)
     texts, written = [], []
     for task, rows in collected.items():
-        task_texts, task_files = task.report().write(rows, out)
+        task_texts, task_files = TASK_TABLES[task.name].write(rows, out)
         texts += task_texts
         written += task_files
     for task in TASKS.values():
-        task_texts, task_files = task.report().write_evaluations(of_task(evaluations, task), out)
+        task_texts, task_files = TASK_TABLES[task.name].write_evaluations(of_task(evaluations, task), out)
         texts += task_texts
         written += task_files
     return "\n".join(texts), written

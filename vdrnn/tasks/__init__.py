@@ -1,8 +1,9 @@
 """Tasks: what vdrnn trains and evaluates, one folder each.
 
 A task (``vdrnn/tasks/<name>/``) is the whole of one kind of experiment: its config, how it reads its datasets
-(``datasets/``, one module each), builds its model, trains, evaluates and reports, behind one
-:class:`~vdrnn.tasks.base.Task` object. A run's task is its ``data.task``, which its dataset's YAML sets.
+(``datasets/``, one module each), builds its model, trains and evaluates, behind one
+:class:`~vdrnn.tasks.base.Task` object (`vdrnn report` tabulates its runs: :mod:`vdrnn.report`). A run's task
+is its ``data.task``, which its dataset's YAML sets.
 
 - :mod:`vdrnn.tasks.lm`: word-level language modelling (PTB), Table 1 and AWD-LSTM;
 - :mod:`vdrnn.tasks.sentiment`: review sentiment, IMDB classification and the Pang & Lee scale regression.

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 
 class Task:
-    """One kind of experiment: its config, how it reads its datasets, builds its model, trains, evaluates and
-    reports. A subclass per task folder (``vdrnn/tasks/<name>/``) sets the attributes and implements the methods."""
+    """One kind of experiment: its config, how it reads its datasets, builds its model, trains and evaluates.
+    A subclass per task folder (``vdrnn/tasks/<name>/``) sets the attributes and implements the methods."""
 
     name: str  # data.task, set by each dataset's YAML
     title: str  # how messages name it ("language modelling")
@@ -82,10 +82,6 @@ class Task:
 
     def evaluate_model(self, model: torch.nn.Module, data, cfg) -> dict[str, Any]:
         """The test metrics of ``model`` (valid_*, test_*, and with ``eval=mc`` test_*_mc)."""
-        raise NotImplementedError
-
-    def report(self):
-        """The module that tabulates the task's runs: ``tables(runs, pooled, out)`` and ``evaluation_tables(...)``."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ the commands

@@ -6,7 +6,6 @@
     model.py     embedding -> stacked LSTM layers -> decoder, with the dropout scheme's sites
     train.py     truncated BPTT with SGD (Zaremba, Gal), AWD's variable lengths, AR/TAR and NT-ASGD
     evaluate.py  perplexity with weight scaling and with MC dropout
-    report.py    Table 1 beside the paper's numbers, and the validation curves
 """
 
 from __future__ import annotations
@@ -52,11 +51,6 @@ class LanguageModelling(Task):
         from vdrnn.tasks.lm.evaluate import evaluate_all
 
         return evaluate_all(model, data, cfg)
-
-    def report(self):
-        from vdrnn.tasks.lm import report
-
-        return report
 
 
 TASK = LanguageModelling()

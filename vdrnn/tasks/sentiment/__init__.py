@@ -8,7 +8,6 @@
     train.py      minibatches of whole reviews, the best-validation (or last) epoch kept
     predict.py    predictions with weight scaling and with MC dropout
     metrics.py    accuracy, NLL, calibration (ECE and its floor), RMSE
-    report.py     a table per dataset, the test curves, and (report_calibration.py) calibration tables
 """
 
 from __future__ import annotations
@@ -60,11 +59,6 @@ class Sentiment(Task):
         from vdrnn.tasks.sentiment.train import evaluate_all
 
         return evaluate_all(model, data, cfg)
-
-    def report(self):
-        from vdrnn.tasks.sentiment import report
-
-        return report
 
 
 TASK = Sentiment()

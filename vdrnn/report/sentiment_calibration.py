@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from vdrnn.report.plots import reliability_figure
-from vdrnn.tasks.sentiment.report import SentimentRow
+from vdrnn.report.rows import Row
 
 CALIBRATION_COLUMNS = ["run", "row", "accuracy (%)", "ECE", "ECE floor", "MC ECE", "MC ECE floor",
                        "MC - WS ECE (95% interval)", "better calibrated"]
 
 
-def calibrated_runs(rows: list[SentimentRow]) -> list[tuple[SentimentRow, Path, dict[str, Any]]]:
+def calibrated_runs(rows: list[Row]) -> list[tuple[Row, Path, dict[str, Any]]]:
     """(row, folder, metrics) of each run that compared MC's calibration with weight scaling's."""
     return [(row, folder, run) for row in rows for folder, run in zip(row.dirs, row.runs, strict=True)
             if "test_ece_mc_minus_ws" in run]
@@ -50,7 +50,7 @@ def calibration_line(name: str, label: str, runs: list[dict[str, Any]], differen
             f"{difference:+.4f} ({low:+.4f} to {high:+.4f})", verdict]
 
 
-def calibration_table(rows: list[SentimentRow]) -> list[list[str]]:
+def calibration_table(rows: list[Row]) -> list[list[str]]:
     """A line per run: both ECEs beside the floor a calibrated predictor would score, and which is the better
     calibrated beyond chance (the difference's 95% interval excludes zero; see vdrnn.calibration.ece_difference).
 
@@ -76,6 +76,6 @@ def calibration_table(rows: list[SentimentRow]) -> list[list[str]]:
     return lines
 
 
-def plot_reliability(rows: list[SentimentRow], path: Path) -> None:
+def plot_reliability(rows: list[Row], path: Path) -> None:
     """Reliability diagrams of the rows whose runs were scored by MC dropout too (:func:`reliability_figure`)."""
     reliability_figure([row for row in rows if any("test_reliability_mc" in run for run in row.runs)], path)

@@ -11,7 +11,7 @@ from vdrnn import report
 from vdrnn.report.found import find_runs
 from vdrnn.report.plots import line_label, plot_mean_curve, reliability_panel
 from vdrnn.report.rows import QUIET_OVERRIDES, base_settings, run_overrides, run_settings
-from vdrnn.tasks.sentiment.report import collect
+from vdrnn.report.sentiment import collect
 
 
 def fake_run(folder, dataset, cell, scheme, gates, seed, accuracy, p=None, trainer=None, data=None, units=128):

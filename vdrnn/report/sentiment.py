@@ -1,6 +1,6 @@
 """Sentiment runs (IMDB, scale data): a table per dataset, cell x scheme, weight scaling beside MC dropout, and the
 test error per epoch, as Gal & Ghahramani's sentiment figures; for classification evaluated both ways, the calibration
-table and reliability diagrams (:mod:`~vdrnn.tasks.sentiment.report_calibration`); and the table of `vdrnn eval`s."""
+table and reliability diagrams (:mod:`~vdrnn.report.sentiment_calibration`); and the table of `vdrnn eval`s."""
 
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ from vdrnn.report.rows import (
     mean_std,
     rank,
     scheme_name,
+)
+from vdrnn.report.sentiment_calibration import (
+    CALIBRATION_COLUMNS,
+    calibrated_runs,
+    calibration_table,
+    plot_reliability,
 )
 from vdrnn.report.tables import write_table
 from vdrnn.tasks.sentiment import TASK
@@ -128,13 +134,6 @@ def collect(found: list[tuple[Path, dict[str, Any]]], pooled: tuple[str, ...] = 
 
 def write(collected: dict[str, list[SentimentRow]], out: Path) -> tuple[list[str], list[Path]]:
     """Each dataset's table, test curves and (classification evaluated both ways) calibration in ``out``."""
-    from vdrnn.tasks.sentiment.report_calibration import (
-        CALIBRATION_COLUMNS,
-        calibrated_runs,
-        calibration_table,
-        plot_reliability,
-    )
-
     texts, written = [], []
     for dataset, rows in collected.items():
         kind = kind_of([run for row in rows for run in row.runs])
