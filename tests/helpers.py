@@ -130,8 +130,9 @@ TINY = [
 def train(raw: dict, run_dir: Path, accepted=lambda: None) -> dict:
     """`vdrnn train` of a composed config (plain containers) in this process: its task's setup, train and test."""
     from vdrnn.tasks import task_of
+    from vdrnn.training.run import train
 
-    return task_of(raw).train(raw, run_dir, accepted)
+    return train(task_of(raw), raw, run_dir, accepted)
 
 
 def trainer_for(raw: dict, run_dir: Path):

@@ -397,12 +397,12 @@ def test_ctrl_c_says_what_the_run_keeps_and_the_advised_rerun_continues_from_it(
 
 def test_ctrl_c_in_eval_ends_it_with_a_line_and_no_eval_json(tmp_path, tiny_corpus, tiny_checkpoint, monkeypatch,
                                                             caplog):
-    from vdrnn.tasks.lm import LanguageModelling
+    from vdrnn.training import evaluation
 
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(LanguageModelling, "evaluate", interrupted)
+    monkeypatch.setattr(evaluation, "evaluate_checkpoint", interrupted)
     with pytest.raises(SystemExit) as stopped:
         evaluate_in_process(monkeypatch, tmp_path / "eval", f"checkpoint={tiny_checkpoint}", f"data.root={tiny_corpus}")
     assert stopped.value.code == 130 and "interrupted; no eval.json was written" in caplog.text

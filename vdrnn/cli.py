@@ -28,6 +28,7 @@ from vdrnn.errors import ConfigError, FolderInUse, RunStopped, VdrnnError
 from vdrnn.eval_settings import eval_config
 from vdrnn.files import write_atomically
 from vdrnn.tasks import task_of
+from vdrnn.training.run import train
 
 CONFIG_PATH = "pkg://vdrnn.conf"
 log = logging.getLogger("vdrnn")
@@ -150,7 +151,7 @@ def train_command(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         task = task_of(raw)
-        metrics = task.train(raw, run_dir, accepted=lambda: record_start(cfg, run_dir))
+        metrics = train(task, raw, run_dir, accepted=lambda: record_start(cfg, run_dir))
     except VdrnnError as err:
         _fail(err, cfg, run_dir)
     except RunStopped as stop:
@@ -183,6 +184,7 @@ def objective_of(metrics: dict, objective: str | None, cfg: DictConfig, run_dir:
 @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base="1.3")
 def eval_command(cfg: DictConfig) -> None:
     from vdrnn.training import checkpoint
+    from vdrnn.training.evaluation import evaluate_checkpoint
 
     raw = to_container(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -195,7 +197,7 @@ def eval_command(cfg: DictConfig) -> None:
         run_raw = eval_config(raw, payload["config"], given)
         record_start(cfg, run_dir)
         task = task_of(run_raw)
-        metrics = task.evaluate(run_raw, path, payload)
+        metrics = evaluate_checkpoint(task, task.parse(run_raw), path, payload)
         # What it ran: the checkpoint's settings with the command line's (eval.*, amp, batch sizes), as metrics.json
         # records a training run's, and whether that is a smoke run's (a step cap, or capped data it brings along).
         metrics["smoke"] = task.is_smoke(run_raw)

@@ -8,16 +8,12 @@ modules (torch, its model, its trainer) when called, so that checking a config d
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vdrnn.errors import ConfigError, RunStopped, VdrnnError
+from vdrnn.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
-
-    from vdrnn.training.trainer import EpochTrainer
 
 
 class Task:
@@ -70,7 +66,8 @@ class Task:
                               f"(docs/extending.md)")
 
     # ------------------------------------------------------------------ heavy: imported when called
-    def trainer(self) -> type[EpochTrainer]:
+    def trainer(self) -> type:
+        """The task's trainer class, a subclass of :class:`~vdrnn.training.trainer.EpochTrainer`."""
         raise NotImplementedError
 
     def load_data(self, cfg):
@@ -83,34 +80,3 @@ class Task:
     def evaluate_model(self, model: torch.nn.Module, data, cfg) -> dict[str, Any]:
         """The test metrics of ``model`` (valid_*, test_*, and with ``eval=mc`` test_*_mc)."""
         raise NotImplementedError
-
-    # ------------------------------------------------------------------ the commands
-    def train(self, raw: dict[str, Any], run_dir: Path, accepted: Callable[[], None] = lambda: None) -> dict[str, Any]:
-        """`vdrnn train`: setup, then ``accepted()`` (the start is not refused: its settings valid, and a resume's
-        those its checkpoint allows), then train and test; metrics.json's contents."""
-        from vdrnn.training.lock import RunLock
-
-        cfg = self.parse(raw)  # a config error comes back before the trainer imports torch
-        trainer = self.trainer()(self, cfg, run_dir, raw)
-        with RunLock(run_dir), trainer.stops:
-            trainer.setup()
-            accepted()
-            try:
-                return trainer.train()
-            except (RunStopped, KeyboardInterrupt, SystemExit) as stop:
-                # SystemExit: a launcher's own handler (submitit's) ending the job to requeue it
-                trainer.record_end("stopped", str(stop) if isinstance(stop, RunStopped) else
-                                   f"stopped ({type(stop).__name__}); {trainer.folder.last} holds the last saved step")
-                raise
-            except VdrnnError as err:
-                trainer.record_end("failed", str(err))
-                raise
-            finally:
-                trainer.cleanup()
-
-    def evaluate(self, raw: dict[str, Any], path: Path, payload: dict[str, Any]) -> dict[str, Any]:
-        """`vdrnn eval` of checkpoint ``path`` (read already: ``payload``); ``raw``: its config with the command
-        line's evaluation settings."""
-        from vdrnn.training.evaluation import evaluate_checkpoint
-
-        return evaluate_checkpoint(self, self.parse(raw), path, payload)

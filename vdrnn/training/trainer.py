@@ -93,7 +93,7 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         self.progress = Progress()
         self.logger: RunLogger | None = None
         self.estimate: RunEstimate | None = None
-        self.stops = StopSignals()  # entered by Task.train around the whole run
+        self.stops = StopSignals()  # entered by vdrnn.training.run.train around the whole run
         self.in_progress: dict[str, Any] | None = None  # a paused epoch to go on with (epoch_in_progress)
 
     # ----------------------------------------------------------------------------- the recipe

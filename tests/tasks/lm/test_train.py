@@ -304,30 +304,26 @@ def test_ema_values_that_cannot_work_are_refused(tmp_path, tiny_corpus, override
 
 
 def test_eval_of_an_ema_runs_last_checkpoint_tests_the_average_as_its_best_does(tmp_path, tiny_corpus):
-    from vdrnn.tasks import TASKS
-
-    evaluate = TASKS["lm"].evaluate
-
     from vdrnn.training import checkpoint
+    from vdrnn.training.evaluation import evaluate_checkpoint
 
     t = trainer(tmp_path, tiny_corpus, "trainer.ema=0.9", "trainer.epochs=1", "trainer.lr=0.5")
     metrics = fit(t)  # one epoch: best.pt and last.pt come from the same step
     for name in ("best.pt", "last.pt"):  # last.pt's model state is the raw weights; it carries the average
-        evaluated = evaluate(t.raw_config, tmp_path / name, checkpoint.load(tmp_path / name))
+        evaluated = evaluate_checkpoint(t.task, t.task.parse(t.raw_config), tmp_path / name,
+                                        checkpoint.load(tmp_path / name))
         assert evaluated["valid_ppl"] == pytest.approx(metrics["valid_ppl"], rel=1e-6)
 
 
 def test_eval_of_an_averaged_sgd_runs_last_checkpoint_tests_the_averages(tmp_path, tiny_corpus):
-    from vdrnn.tasks import TASKS
-
-    evaluate = TASKS["lm"].evaluate
-
     from vdrnn.training import checkpoint
+    from vdrnn.training.evaluation import evaluate_checkpoint
 
     t = trainer(tmp_path, tiny_corpus, "trainer.optimizer=asgd", "trainer.epochs=1", "trainer.lr=0.5")
     metrics = fit(t)
     for name in ("best.pt", "last.pt"):
-        evaluated = evaluate(t.raw_config, tmp_path / name, checkpoint.load(tmp_path / name))
+        evaluated = evaluate_checkpoint(t.task, t.task.parse(t.raw_config), tmp_path / name,
+                                        checkpoint.load(tmp_path / name))
         assert evaluated["valid_ppl"] == pytest.approx(metrics["valid_ppl"], rel=1e-6)
 
 
