@@ -1,4 +1,5 @@
-"""One epoch's optimizer steps: the loss read off the device once per ``trainer.log_every`` steps, not every step."""
+"""One epoch's optimizer steps: the loss read off the device once per ``trainer.log_every`` steps, not every
+step; the epoch's progress bar, and on the CPU an estimate of the whole run's time."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+from tqdm import tqdm
+
+from vdrnn.training.progress import Progress
 
 # step(batch) -> (mean loss tensor, grad norm, weight: what the mean is over, words)
 Step = Callable[[Any], tuple[torch.Tensor, torch.Tensor, int, int]]
@@ -115,6 +119,12 @@ class RunEstimate:
         self.steps_left, self.length, self.first_run = steps_left, length, first_run
         self.seen, self.start = 0, None
 
+    @classmethod
+    def of_run(cls, trainer, progress: Progress, steps_per_epoch: int, first_run: str) -> RunEstimate:
+        """The estimate of a run's training from ``progress`` on (``trainer``: its ``trainer.*`` config)."""
+        steps_left = progress.steps_left(trainer, steps_per_epoch)
+        return cls(steps_left, run_length(trainer, steps_per_epoch), first_run)
+
     def step(self) -> str | None:
         """Call after each step: the line to log once TIMED steps after the first are timed, else None."""
         self.seen += 1
@@ -128,3 +138,21 @@ class RunEstimate:
             ("s" if round(minutes) > 1 else "")
         return (f"on the CPU a step takes {per_step:.2f} s: this run's training ({self.length}) takes about {took} "
                 f"here. A first run that ends in about a minute: {self.first_run}")
+
+
+def run_length(trainer, steps_per_epoch: int) -> str:
+    """What a run's training is, as RunEstimate names it: ``39 epochs``, or ``150 steps`` under a cap
+    (``trainer``: the run's ``trainer.*`` config)."""
+    if trainer.max_steps is not None and trainer.max_steps < trainer.epochs * steps_per_epoch:
+        return f"{trainer.max_steps} steps, trainer.max_steps"
+    return f"{trainer.epochs} epoch{'s' if trainer.epochs > 1 else ''}"
+
+
+def epoch_bar(epoch: int, trainer, steps_per_epoch: int, done: int, step: int) -> tqdm:
+    """The progress bar of epoch ``epoch``, ``done`` of its steps behind it and the run at ``step``; its end
+    is where the step cap stops the epoch (``trainer``: the run's ``trainer.*`` config)."""
+    steps = steps_per_epoch
+    if trainer.max_steps is not None:
+        steps = max(0, min(steps, done + trainer.max_steps - step))
+    return tqdm(total=steps, initial=done, desc=f"epoch {epoch}/{trainer.epochs}", unit="step",
+                disable=not trainer.progress, leave=False, dynamic_ncols=True)

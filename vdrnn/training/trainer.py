@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +31,9 @@ from vdrnn.config import option_defaults
 from vdrnn.errors import TrainingDiverged, WriteError
 from vdrnn.training import checkpoint
 from vdrnn.training.device import device_name, prepare_device, rng_state
-from vdrnn.training.loop import END_EPOCH, GO_ON, PAUSE, EpochSums, RunEstimate, run_steps
+from vdrnn.training.loop import END_EPOCH, GO_ON, PAUSE, EpochSums, RunEstimate, epoch_bar, run_steps
 from vdrnn.training.optim import Optimization
+from vdrnn.training.progress import Progress
 from vdrnn.training.resume import RunFolder, restore_state
 from vdrnn.training.stopping import StopSignals
 from vdrnn.training.tracking import RunLogger
@@ -41,44 +42,6 @@ if TYPE_CHECKING:
     from vdrnn.tasks.base import Task
 
 log = logging.getLogger("vdrnn")
-
-
-@dataclass
-class Progress:
-    """How far a run has come; a checkpoint keeps each field under its name."""
-
-    epoch: int = 0  # epochs completed
-    step: int = 0  # optimizer steps taken
-    best_valid: float = math.inf  # the score best.pt validated to (nan: nothing validated, trainer.select=last)
-    train_seconds: float = 0.0
-    run_seconds: float = 0.0  # training + validation, summed over resumes (trainer.max_minutes)
-    start_epoch: int = 0  # the epochs behind the weights it started from (init_from); 0 for a fresh start
-
-    def step_cap_reached(self, trainer) -> bool:
-        return trainer.max_steps is not None and self.step >= trainer.max_steps
-
-    def time_limit_reached(self, trainer) -> bool:
-        return trainer.max_minutes is not None and self.run_seconds >= 60 * trainer.max_minutes
-
-    def done(self, trainer, stopped_early: bool) -> bool:
-        """Is training over: every epoch run, the step cap or the time limit reached, or the task's rule fired?"""
-        return (self.epoch >= trainer.epochs or self.step_cap_reached(trainer) or stopped_early
-                or self.time_limit_reached(trainer))
-
-    def summary(self, selector: str, trainer, stopped_early: bool) -> dict[str, Any]:
-        """What metrics.json says of the run's course."""
-        return {
-            # The score best.pt validated to; None where the run validated nothing (data.valid_fraction=0).
-            f"best_valid_{selector}": None if math.isnan(self.best_valid) else self.best_valid,
-            "epochs": self.epoch,
-            # A fine-tuning run's curve goes on from the epochs of the run it started from (the report's plots).
-            "start_epoch": self.start_epoch,
-            "steps": self.step,
-            "train_seconds": self.train_seconds,
-            # Stopped by trainer.max_minutes, not by the epochs, the step cap or early stopping running out first.
-            "time_limited": (self.time_limit_reached(trainer) and self.epoch < trainer.epochs
-                             and not self.step_cap_reached(trainer) and not stopped_early),
-        }
 
 
 class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test beside the hooks they call
@@ -128,7 +91,7 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         log.info("model: %s, %.2fM parameters; dropout %s; device %s; output %s", self.describe_model(),
                  n_params / 1e6, cfg.dropout.scheme, self.device, self.folder.path)
         if self.device.type == "cpu":  # says after a few steps how long the run takes here
-            self.estimate = RunEstimate(self.steps_left(), self.length(), self.task.first_run)
+            self.estimate = RunEstimate.of_run(cfg.trainer, self.progress, self.steps_per_epoch(), self.task.first_run)
         while not self.progress.done(cfg.trainer, self.stopped_early()):
             with self.stops.during_steps():
                 self.run_epoch()
@@ -259,19 +222,6 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
 
         return run_steps(batches, step, sums, self.cfg.trainer.log_every, on_step, on_window)
 
-    def length(self) -> str:
-        """What the run's training is, as the CPU estimate names it: ``39 epochs``, or ``150 steps`` under a cap."""
-        t = self.cfg.trainer
-        if t.max_steps is not None and t.max_steps < t.epochs * self.steps_per_epoch():
-            return f"{t.max_steps} steps, trainer.max_steps"
-        return f"{t.epochs} epoch{'s' if t.epochs > 1 else ''}"
-
-    def steps_left(self) -> int:
-        """The optimizer steps the run has still to take: its epochs left, or the step cap."""
-        left = (self.cfg.trainer.epochs - self.progress.epoch) * self.steps_per_epoch()
-        cap = self.cfg.trainer.max_steps
-        return left if cap is None else min(left, cap - self.progress.step)
-
     def diverged(self, what: str) -> TrainingDiverged:
         last = self.folder.last
         kept = (f"The run stopped without overwriting its checkpoints ({last} is the last good one)" if last.exists()
@@ -287,11 +237,7 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         resumed, self.in_progress = self.in_progress, None
         sums = EpochSums(self.device, resumed["sums"] if resumed else None)
         position = resumed["data"] if resumed else None
-        steps = self.steps_per_epoch()
-        if cfg.trainer.max_steps is not None:  # the bar's end is where the step cap stops this epoch
-            steps = max(0, min(steps, sums.batches + cfg.trainer.max_steps - progress.step))
-        bar = tqdm(total=steps, initial=sums.batches, desc=f"epoch {epoch}/{cfg.trainer.epochs}", unit="step",
-                   disable=not cfg.trainer.progress, leave=False, dynamic_ncols=True)
+        bar = epoch_bar(epoch, cfg.trainer, self.steps_per_epoch(), sums.batches, progress.step)
         started = time.perf_counter()
         with bar:
             stats = self.train_epoch(lr, bar, sums, position)
@@ -310,13 +256,7 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
             score = valid.get(self.selector)
             if score is not None and not math.isfinite(score):
                 raise self.diverged(f"validation {self.selector} is {score}")
-            progress.epoch = epoch
-            if cfg.trainer.select == "last":  # a fixed budget: every epoch replaces best.pt
-                improved = True
-                progress.best_valid = math.nan if score is None else score
-            else:
-                improved = score < progress.best_valid
-                progress.best_valid = min(progress.best_valid, score)
+            improved = progress.validated(epoch, score, cfg.trainer.select)
             if improved:  # the weights as validated
                 # Marked: taken inside evaluation_weights (ASGD's averages) and before after_validation, it is not
                 # the state to continue training from; last.pt is.
