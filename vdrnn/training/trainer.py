@@ -28,15 +28,15 @@ import torch
 from tqdm import tqdm
 
 from vdrnn.config import option_defaults
-from vdrnn.errors import TrainingDiverged, WriteError
+from vdrnn.errors import TrainingDiverged
 from vdrnn.training import checkpoint
-from vdrnn.training.device import device_name, prepare_device, rng_state
+from vdrnn.training.device import prepare_device, rng_state
 from vdrnn.training.loop import END_EPOCH, GO_ON, PAUSE, EpochSums, RunEstimate, epoch_bar, run_steps
 from vdrnn.training.optim import Optimization
 from vdrnn.training.progress import Progress
+from vdrnn.training.record import RunRecord
 from vdrnn.training.resume import RunFolder, restore_state
 from vdrnn.training.stopping import StopSignals
-from vdrnn.training.tracking import RunLogger
 
 if TYPE_CHECKING:
     from vdrnn.tasks.base import Task
@@ -54,7 +54,7 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         self.task, self.cfg, self.raw_config = task, cfg, raw_config
         self.folder = RunFolder(run_dir)
         self.progress = Progress()
-        self.logger: RunLogger | None = None
+        self.record: RunRecord | None = None  # opened when training starts
         self.estimate: RunEstimate | None = None
         self.stops = StopSignals()  # entered by vdrnn.training.run.train around the whole run
         self.in_progress: dict[str, Any] | None = None  # a paused epoch to go on with (epoch_in_progress)
@@ -80,13 +80,8 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         if self.resume_from is not None:
             self.progress.best_valid = self.folder.continue_from(self.resume_from, self.progress.epoch,
                                                                  self.progress.best_valid, self.selector)
-        # What an earlier attempt in this folder logged after the state we start from (everything, on a fresh start)
-        # goes, from metrics.jsonl and from TensorBoard's curves, so that no epoch or step appears twice.
-        self.folder.truncate_history(self.progress.epoch)
-        self.logger = RunLogger(self.folder.path, self.raw_config, self.final_tags(), purge_step=self.progress.step + 1)
-        # Until the end says otherwise, the run is not finished: an earlier attempt's finished metrics.json (a run
-        # resumed for more epochs) must not pass for this one's result.
-        self.logger.status("running", self.progress_summary())
+        self.record = RunRecord(self.folder, self.raw_config, self.selector, self.final_tags(), cfg.trainer,
+                                self.progress)
         n_params = sum(p.numel() for p in self.model.parameters())
         log.info("model: %s, %.2fM parameters; dropout %s; device %s; output %s", self.describe_model(),
                  n_params / 1e6, cfg.dropout.scheme, self.device, self.folder.path)
@@ -98,31 +93,17 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
             signum = self.stops.take()  # one that came during validation or the checkpoints
             if signum is not None:
                 self.stops.pass_on(signum, f"after epoch {self.progress.epoch}, which {self.folder.last} holds")
-        if self.progress.step_cap_reached(cfg.trainer) and self.progress.epoch < cfg.trainer.epochs:
-            # Checkpoints mark the ends of epochs, so an epoch the cap cut short counts as done: a rerun with a higher
-            # cap goes on with the next one, and the run then differs from one without the cap.
-            log.info("stopped at step %d, trainer.max_steps (the whole run's cap, for smoke runs): epoch %d of %d is "
-                     "the last, and counts as done where the cap cut it short, so a rerun with a higher cap goes on "
-                     "with epoch %d; for results, run without the cap in a new output dir", self.progress.step,
-                     self.progress.epoch, cfg.trainer.epochs, self.progress.epoch + 1)
+        self.record.cut_short(self.progress)
         return self.test()
 
     def cleanup(self) -> None:
-        if self.logger is not None:
-            self.logger.close()
+        if self.record is not None:
+            self.record.close()
 
     def record_end(self, status: str, reason: str) -> None:
-        """metrics.json for a run that ended without its result: ``stopped`` (by a signal; the same command goes on)
-        or ``failed`` (diverged, or a file could not be written), with ``reason``."""
-        if self.logger is None:  # it ended before training began: nothing of this start to record
-            return
-        try:
-            self.logger.status(status, {**self.progress_summary(), "reason": reason}, failed=status == "failed")
-        except WriteError as err:  # a full disk that ended the run may refuse this too
-            log.warning("%s", err)
-
-    def progress_summary(self) -> dict[str, Any]:
-        return {"epochs": self.progress.epoch, "steps": self.progress.step, "config": self.raw_config}
+        """metrics.json for a run that ended without its result (RunRecord.ended)."""
+        if self.record is not None:  # else it ended before training began: nothing of this start to record
+            self.record.ended(status, reason, self.progress)
 
     # ----------------------------------------------------------------------------- task hooks
     def steps_per_epoch(self) -> int:
@@ -192,6 +173,10 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
             return None
         return self.model.regularizer(self.train_examples) * self.cfg.dropout.kl_weight
 
+    def noise_summary(self) -> dict[str, float] | None:
+        """The model's learned dropout noise by site, and its regularizer; None unless the scheme learns any."""
+        return self.model.noise_summary() if self.model.noise_scales is not None else None
+
     def train_loop(self, batches, step, lr: float, bar: tqdm, sums: EpochSums) -> dict[str, float] | None:
         """Run ``step(batch) -> (mean loss tensor, grad norm, weight, words)`` over an epoch's batches (those after
         the ``sums.batches`` done), counting the steps, logging train/* to TensorBoard and the bar at each read of
@@ -212,12 +197,7 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         def on_window(mean_loss: float, wps: float, grad_norm: torch.Tensor) -> None:
             if not math.isfinite(mean_loss):
                 raise self.diverged(f"training loss is {mean_loss} at step {self.progress.step}")
-            # train/loss is the window's mean; train/grad_norm the norm (before clipping) of its last step: a sample,
-            # since a mean would read every step's norm off the device; train/lr the epoch's base lr.
-            # (No grad norm where a resumed epoch had no step left before its last window was read.)
-            self.logger.scalars({"train/loss": mean_loss, **self.loss_scalars(mean_loss), "train/lr": lr,
-                                 **({"train/grad_norm": float(grad_norm)} if grad_norm is not None else {}),
-                                 "train/wps": wps}, self.progress.step)
+            self.record.window(self.progress.step, mean_loss, self.loss_scalars(mean_loss), lr, grad_norm, wps)
             bar.set_postfix(loss=f"{mean_loss:.4f}", wps=f"{wps:,.0f}", lr=f"{lr:.4g}")
 
         return run_steps(batches, step, sums, self.cfg.trainer.log_every, on_step, on_window)
@@ -263,28 +243,8 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
                 self.save({**self.state(), "resumable": False}, self.folder.best)
         self.after_validation(score)
         progress.run_seconds += sums.seconds_before + time.perf_counter() - started
-        self.log_epoch(epoch, lr, stats, valid, improved)
+        self.record.epoch(progress, lr, stats, valid, self.noise_summary() or {}, improved, self.summary)
         self.save(self.state(), self.folder.last)
-
-    def log_epoch(self, epoch: int, lr: float, stats: dict[str, float], valid: dict[str, float],
-                  improved: bool) -> None:
-        """The epoch's line in metrics.jsonl, its scalars in TensorBoard and its log line. ``valid`` may hold the
-        test metrics of this epoch's weights (``test_*``): a curve, not a result."""
-        curve = {k.removeprefix("test_"): v for k, v in valid.items() if k.startswith("test_")}
-        valid = {k: v for k, v in valid.items() if not k.startswith("test_")}
-        noise = self.model.noise_summary()
-        record = {"epoch": epoch, "step": self.progress.step, "lr": lr, **{f"valid_{k}": v for k, v in valid.items()},
-                  **{f"test_{k}": v for k, v in curve.items()}, **stats, **noise}
-        validated = self.selector in valid
-        self.logger.scalars({**{f"valid/{k}": v for k, v in valid.items()},
-                             **{f"test_per_epoch/{k}": v for k, v in curve.items()},
-                             **{f"noise/{k}": v for k, v in noise.items()},
-                             **({f"best/valid_{self.selector}": self.progress.best_valid} if validated else {})},
-                            self.progress.step)
-        self.logger.epoch(record)
-        log.info("epoch %d/%d  lr %.4g  %s  %s words/s  %.0fs%s", epoch, self.cfg.trainer.epochs, lr,
-                 self.summary(record), f"{stats['wps']:,.0f}", stats["epoch_seconds"],
-                 "  (best)" if improved and self.cfg.trainer.select != "last" else "")
 
     # ----------------------------------------------------------------------------- checkpoints
     def save(self, payload: dict[str, Any], path: Path) -> None:
@@ -328,23 +288,5 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         kept = ("its last epoch's weights (trainer.select=last)" if self.cfg.trainer.select == "last" else
                 f"the weights that validated to {self.selector} {self.progress.best_valid:.4g}")
         self.folder.load_best(self.model, kept if self.progress.epoch > 0 else None)
-        metrics = self.test_metrics()
-        if self.model.noise_scales is not None:  # the tested model's learned dropout variances
-            metrics["noise"] = self.model.noise_summary()
-        progress, records = self.progress, self.folder.records()
-        metrics.update({
-            **progress.summary(self.selector, self.cfg.trainer, self.stopped_early()),
-            "wps": sum(r["wps"] for r in records) / len(records) if records else None,
-            "device": device_name(self.device),
-            # Beside wps: runs side by side on one host train at very different speeds with their threads shared
-            # out or not.
-            "cpu_threads": torch.get_num_threads(),
-            "smoke": self.task.is_smoke(self.raw_config),
-            "paper": self.raw_config.get("paper"),
-            "config": self.raw_config,
-            "status": "finished",
-        })
-        # One step past the last training step: a rerun of a finished run, or a resume for more epochs, purges
-        # TensorBoard from there (purge_step), so its new test replaces this one instead of adding a second point.
-        self.logger.final(metrics, progress.step + 1)
-        return metrics
+        return self.record.finished(self.test_metrics(), self.noise_summary(), self.progress,
+                                    self.stopped_early(), self.device, self.task.is_smoke(self.raw_config))
