@@ -6,12 +6,15 @@
              -> metrics.jsonl -> last.pt; at the end: load best.pt -> test -> metrics.json says "finished"
     cleanup: close the TensorBoard writer
 
-A task's trainer (``vdrnn/tasks/<task>/train.py``) subclasses :class:`EpochTrainer` and supplies one training epoch,
-the validation score and the final test. Resuming from ``last.pt`` restores model, optimizer, RNG states and progress
-exactly, so an interrupted run and an uninterrupted one give the same numbers. A signal (:mod:`.stopping`) pauses the
-epoch after the step in progress and last.pt then holds the epoch so far (``epoch_in_progress``: the task's data
-position and carried state, the loss sums), from which a rerun goes on. Checkpoints are written only of finite losses
-and validation scores, so a diverging run stops with its last good checkpoint in place and metrics.json saying
+A task's trainer (``vdrnn/tasks/<task>/train.py``) subclasses :class:`EpochTrainer` and supplies one training
+epoch, the validation score and the final test. The trainer hands what the run writes of itself (metrics.json,
+metrics.jsonl, TensorBoard, the epoch's log line) to :class:`~.record.RunRecord` and its checkpoints to
+:class:`~.checkpoints.Checkpoints`, and keeps how far it has come in a :class:`~.progress.Progress`. Resuming
+from ``last.pt`` restores model, optimizer, RNG states and progress exactly, so an interrupted run and an
+uninterrupted one give the same numbers. A signal (:mod:`.stopping`) pauses the epoch after the step in
+progress and last.pt then holds the epoch so far (``epoch_in_progress``: the task's data position and carried
+state, the loss sums), from which a rerun goes on. Checkpoints are written only of finite losses and
+validation scores, so a diverging run stops with its last good checkpoint in place and metrics.json saying
 "failed" and why.
 """
 
@@ -20,7 +23,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,13 +31,21 @@ from tqdm import tqdm
 
 from vdrnn.config import option_defaults
 from vdrnn.errors import TrainingDiverged
-from vdrnn.training import checkpoint
-from vdrnn.training.device import prepare_device, rng_state
-from vdrnn.training.loop import END_EPOCH, GO_ON, PAUSE, EpochSums, RunEstimate, epoch_bar, run_steps
+from vdrnn.training.checkpoints import Checkpoints
+from vdrnn.training.device import prepare_device
+from vdrnn.training.loop import (
+    END_EPOCH,
+    GO_ON,
+    PAUSE,
+    EpochSums,
+    RunEstimate,
+    epoch_bar,
+    run_steps,
+)
 from vdrnn.training.optim import Optimization
 from vdrnn.training.progress import Progress
 from vdrnn.training.record import RunRecord
-from vdrnn.training.resume import RunFolder, restore_state
+from vdrnn.training.resume import RunFolder
 from vdrnn.training.stopping import StopSignals
 
 if TYPE_CHECKING:
@@ -44,7 +54,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("vdrnn")
 
 
-class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test beside the hooks they call
+class EpochTrainer:
     """Base class of the task trainers: ``selector`` names the validation score that picks best.pt (lower is
     better); subclasses implement the hooks below and may override the optional ones."""
 
@@ -57,7 +67,6 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         self.record: RunRecord | None = None  # opened when training starts
         self.estimate: RunEstimate | None = None
         self.stops = StopSignals()  # entered by vdrnn.training.run.train around the whole run
-        self.in_progress: dict[str, Any] | None = None  # a paused epoch to go on with (epoch_in_progress)
 
     # ----------------------------------------------------------------------------- the recipe
     def setup(self) -> None:
@@ -71,6 +80,8 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         self.data = self.task.load_data(cfg)
         self.model = self.build_model()
         self.optimization = Optimization(self.model, cfg.trainer, self.device)
+        self.checkpoints = Checkpoints(self.folder, self.stops, self.model, self.optimization, self.device,
+                                       self.data.vocab, self.raw_config)
         if read is not None:
             self.restore(self.resume_from, read)
 
@@ -96,6 +107,12 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         self.record.cut_short(self.progress)
         return self.test()
 
+    def test(self) -> dict[str, Any]:
+        """Load best.pt, test it, and write metrics.json (and TensorBoard's test/* scalars)."""
+        self.checkpoints.load_best(self.progress, self.cfg.trainer.select, self.selector)
+        return self.record.finished(self.test_metrics(), self.noise_summary(), self.progress, self.stopped_early(),
+                                    self.device, self.task.is_smoke(self.raw_config))
+
     def cleanup(self) -> None:
         if self.record is not None:
             self.record.close()
@@ -104,6 +121,15 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         """metrics.json for a run that ended without its result (RunRecord.ended)."""
         if self.record is not None:  # else it ended before training began: nothing of this start to record
             self.record.ended(status, reason, self.progress)
+
+    def read_resume(self, path: Path) -> tuple[dict[str, Any], str]:
+        """The checkpoint ``path`` and the settings this run changes from its, or a refusal (RunFolder.read_resume)."""
+        return self.folder.read_resume(path, self.raw_config, option_defaults(self.cfg), self.task.takes_init_from)
+
+    def restore(self, path: Path, read: tuple[dict[str, Any], str] | None = None) -> None:
+        """Continue from the checkpoint ``path`` (``read``: what read_resume returned for it, else read now)."""
+        payload, changes = self.read_resume(path) if read is None else read
+        self.progress = self.checkpoints.restore(path, payload, changes, self.load_extra_state)
 
     # ----------------------------------------------------------------------------- task hooks
     def steps_per_epoch(self) -> int:
@@ -214,9 +240,7 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
         cfg, progress = self.cfg, self.progress
         epoch = progress.epoch + 1
         lr = cfg.trainer.lr_at(epoch)
-        resumed, self.in_progress = self.in_progress, None
-        sums = EpochSums(self.device, resumed["sums"] if resumed else None)
-        position = resumed["data"] if resumed else None
+        sums, position = self.checkpoints.epoch_start()
         bar = epoch_bar(epoch, cfg.trainer, self.steps_per_epoch(), sums.batches, progress.step)
         started = time.perf_counter()
         with bar:
@@ -224,7 +248,10 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
             while stats is None:  # paused by a signal: save the epoch so far, then stop, or go on where told to
                 signum = self.stops.take()
                 position = self.epoch_position()
-                self.save_paused(epoch, sums, position)
+                if not sums.window_finite():  # the run has diverged: its last good checkpoint stays
+                    raise self.diverged(f"training loss is not finite by step {progress.step}")
+                self.checkpoints.save_paused(progress, self.extra_state(), epoch, sums, position,
+                                             self.steps_per_epoch())
                 self.stops.pass_on(signum, f"at step {progress.step} (epoch {epoch}, batch {sums.batches} of "
                                            f"{self.steps_per_epoch()}), which {self.folder.last} holds")
                 stats = self.train_epoch(lr, bar, sums, position)
@@ -238,55 +265,8 @@ class EpochTrainer:  # ~250 lines: the recipe, one epoch and the final test besi
                 raise self.diverged(f"validation {self.selector} is {score}")
             improved = progress.validated(epoch, score, cfg.trainer.select)
             if improved:  # the weights as validated
-                # Marked: taken inside evaluation_weights (ASGD's averages) and before after_validation, it is not
-                # the state to continue training from; last.pt is.
-                self.save({**self.state(), "resumable": False}, self.folder.best)
+                self.checkpoints.save_best(progress, self.extra_state())
         self.after_validation(score)
         progress.run_seconds += sums.seconds_before + time.perf_counter() - started
         self.record.epoch(progress, lr, stats, valid, self.noise_summary() or {}, improved, self.summary)
-        self.save(self.state(), self.folder.last)
-
-    # ----------------------------------------------------------------------------- checkpoints
-    def save(self, payload: dict[str, Any], path: Path) -> None:
-        """Write a checkpoint whole: a signal that comes meanwhile waits for the write to end."""
-        with self.stops.held():
-            checkpoint.save(payload, path)
-
-    def save_paused(self, epoch: int, sums: EpochSums, position: dict[str, Any]) -> None:
-        """last.pt of an epoch paused after ``sums.batches`` batches: the state, and what the rest of the epoch goes
-        on from. Not where the loss has gone NaN (the run has diverged then, and the last good checkpoint stays)."""
-        if not sums.window_finite():
-            raise self.diverged(f"training loss is not finite by step {self.progress.step}")
-        self.save({**self.state(), "epoch_in_progress": {"epoch": epoch, "sums": sums.state(), "data": position}},
-                  self.folder.last)
-        log.info("saved the run at step %d (epoch %d, batch %d of %d) in %s", self.progress.step, epoch,
-                 sums.batches, self.steps_per_epoch(), self.folder.last)
-
-    def state(self) -> dict[str, Any]:
-        """A checkpoint's contents: model, optimizer and RNG state, progress, vocabulary, config."""
-        return {"model": self.model.state_dict(), **self.optimization.state(), "rng": rng_state(self.device),
-                **asdict(self.progress), "vocab": self.data.vocab, "config": self.raw_config, **self.extra_state()}
-
-    def read_resume(self, path: Path) -> tuple[dict[str, Any], str]:
-        """The checkpoint ``path`` and the settings this run changes from its, or a refusal (RunFolder.read_resume)."""
-        return self.folder.read_resume(path, self.raw_config, option_defaults(self.cfg), self.task.takes_init_from)
-
-    def restore(self, path: Path, read: tuple[dict[str, Any], str] | None = None) -> None:
-        """Continue from the checkpoint ``path`` (``read``: what read_resume returned for it, else read now)."""
-        payload, changes = self.read_resume(path) if read is None else read
-        self.progress = Progress(**restore_state(payload, path, self.model, self.optimization, self.device,
-                                                 self.data.vocab, self.load_extra_state))
-        self.in_progress = payload.get("epoch_in_progress")
-        where = (f"in epoch {self.in_progress['epoch']} after batch {self.in_progress['sums']['batches']}"
-                 if self.in_progress else f"after epoch {self.progress.epoch}")
-        log.info("resumed from %s %s (step %d)%s", path, where, self.progress.step,
-                 f", with changed settings: {changes}" if changes else "")
-
-    # ----------------------------------------------------------------------------- testing
-    def test(self) -> dict[str, Any]:
-        """Load best.pt, test it, and write metrics.json (and TensorBoard's test/* scalars)."""
-        kept = ("its last epoch's weights (trainer.select=last)" if self.cfg.trainer.select == "last" else
-                f"the weights that validated to {self.selector} {self.progress.best_valid:.4g}")
-        self.folder.load_best(self.model, kept if self.progress.epoch > 0 else None)
-        return self.record.finished(self.test_metrics(), self.noise_summary(), self.progress,
-                                    self.stopped_early(), self.device, self.task.is_smoke(self.raw_config))
+        self.checkpoints.save_last(progress, self.extra_state())

@@ -61,7 +61,8 @@ def test_nt_asgd_switches_to_averaging_on_the_non_monotone_trigger(tmp_path, tin
     t.after_validation(39.5)  # worse than the last two, but not than the best before them (40): no switch
     assert not t.optimization.averaging and isinstance(t.optimization.optimizer, torch.optim.SGD)
     t.after_validation(41.0)  # worse than the best of all epochs but the last two (39): switch
-    assert t.optimization.averaging and isinstance(t.optimization.optimizer, torch.optim.ASGD) and t.state()["averaging"]
+    assert t.optimization.averaging and isinstance(t.optimization.optimizer, torch.optim.ASGD)
+    assert t.checkpoints.state(t.progress, t.extra_state())["averaging"]
     assert not t.stopped_early()  # ntasgd switches; only stop_nonmono stops
     averaged = t.optimization.optimizer
     t.after_validation(50.0)  # a later trigger must not restart the averages with a new optimizer
@@ -79,7 +80,7 @@ def test_a_run_resumed_after_nt_asgds_switch_goes_on_averaging_from_its_saved_av
         t.after_validation(score)
     inputs, targets = t.train_data[:6], t.train_data[1:7]
     t.train_step(inputs, targets, t.model.initial_state(4, "cpu"), lr=0.5)
-    checkpoint.save(t.state(), tmp_path / "last.pt")
+    checkpoint.save(t.checkpoints.state(t.progress, t.extra_state()), tmp_path / "last.pt")
     resumed = trainer(tmp_path, tiny_corpus, *common)
     resumed.restore(tmp_path / "last.pt")
     assert resumed.optimization.averaging and isinstance(resumed.optimization.optimizer, torch.optim.ASGD)
@@ -109,7 +110,7 @@ def test_init_from_loads_the_weights_only(tmp_path, tiny_corpus):
     from vdrnn.training import checkpoint
 
     (tmp_path / "a").mkdir(exist_ok=True)
-    checkpoint.save(first.state(), tmp_path / "a" / "best.pt")
+    checkpoint.save(first.checkpoints.state(first.progress, first.extra_state()), tmp_path / "a" / "best.pt")
     second = trainer(tmp_path / "b", tiny_corpus, f"init_from={tmp_path / 'a' / 'best.pt'}")
     assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(),
                                                   second.model.state_dict().values(), strict=True))
@@ -215,7 +216,8 @@ def test_a_checkpoint_of_another_vocabulary_is_refused_to_start_from_and_to_resu
     from vdrnn.errors import CheckpointError
     from vdrnn.training import checkpoint
 
-    state = trainer(tmp_path / "a", tiny_corpus).state()
+    t = trainer(tmp_path / "a", tiny_corpus)
+    state = t.checkpoints.state(t.progress, t.extra_state())
     state["vocab"] = ["<other>", *state["vocab"][1:]]
     (tmp_path / "a").mkdir(exist_ok=True)
     checkpoint.save(state, tmp_path / "a" / "last.pt")
