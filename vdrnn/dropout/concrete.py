@@ -82,7 +82,7 @@ class ConcreteRates(LearnedNoise):
         if key not in self.p_logit:
             return None
         p = self.p(key)
-        u = torch.rand((rows, self.size[key]), device=like.device, dtype=torch.float32)
+        u = torch.rand((rows, self.size[key]), device=like.device, dtype=p.dtype)  # fp32 in training, as p
         logit = (torch.log(p + EPS) - torch.log(1 - p + EPS) + torch.log(u + EPS) - torch.log(1 - u + EPS))
         drop = torch.sigmoid(logit / self.temperature)
         return (1 - drop) / (1 - p)

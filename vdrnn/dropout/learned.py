@@ -100,7 +100,7 @@ class NoiseScales(LearnedNoise):
         if key not in self.log_alpha:
             return None
         log_alpha = self.log_alpha[key]
-        eps = torch.randn((rows, *log_alpha.shape), device=like.device, dtype=torch.float32)
+        eps = torch.randn((rows, *log_alpha.shape), device=like.device, dtype=log_alpha.dtype)
         return 1.0 + (0.5 * log_alpha).exp() * eps
 
     def needs(self, key):

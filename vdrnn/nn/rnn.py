@@ -38,8 +38,9 @@ class RecurrentBase(MaskedModule):
                  impl: str = "auto", device=None, dtype=None):
         super().__init__()
         name = type(self).__name__
+        check_whole(name, "num_layers", num_layers)
         sizes = list(hidden_size) if isinstance(hidden_size, Sequence) else [hidden_size] * num_layers
-        check_arguments(name, self.cell, input_size, sizes, num_layers, dropout, bidirectional, impl)
+        check_arguments(name, self.cell, input_size, sizes, dropout, bidirectional, impl)
         if isinstance(hidden_size, Sequence) and len(sizes) != num_layers:
             raise ValueError(f"{name}(hidden_size={list(hidden_size)}): one size per layer, so num_layers="
                              f"{len(sizes)}, not {num_layers}")
@@ -434,12 +435,15 @@ class RNN(RecurrentBase):
         return y, (h,)
 
 
-def check_arguments(name: str, cell: str, input_size, sizes: list, num_layers, dropout, bidirectional,
-                    impl) -> None:
+def check_whole(name: str, arg: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}({arg}={value!r}): must be a whole number >= 1")
+
+
+def check_arguments(name: str, cell: str, input_size, sizes: list, dropout, bidirectional, impl) -> None:
     """The constructor's arguments, each refused with a ValueError that names it and what it may be."""
-    for arg, value in (("input_size", input_size), ("num_layers", num_layers), *(("hidden_size", s) for s in sizes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}({arg}={value!r}): must be a whole number >= 1")
+    for arg, value in (("input_size", input_size), *(("hidden_size", s) for s in sizes)):
+        check_whole(name, arg, value)
     if dropout is not None and not isinstance(dropout, Scheme):
         hint = (f"; torch.nn.{name}'s dropout={dropout} between layers is vdrnn.nn.Zaremba(between={dropout})"
                 if isinstance(dropout, (int, float)) else "")
