@@ -186,7 +186,7 @@ def test_alpha_is_kept_at_most_one_before_every_draw_and_weight_decay_leaves_it_
 
 def test_kl_without_learned_sites_is_a_zero_tensor():
     # between alone on a one-layer model (refused by the CLI's config, not by NoiseScales) learns nothing.
-    scales = NoiseScales(Gaussian(between=0.3, learn=True), [(D, H, G)], H)
+    scales = NoiseScales(Gaussian(between=0.3, learn=True).noise_sites([(D, H, G)], H))
     assert not scales.log_alpha
     kl = scales.kl({})
     assert isinstance(kl, torch.Tensor) and kl.item() == 0.0

@@ -8,17 +8,13 @@ regularizer that makes the p's learnable (without it the likelihood alone would 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from vdrnn.dropout.learned import LearnedNoise
-from vdrnn.dropout.scheme import input_p
-
-if TYPE_CHECKING:
-    from vdrnn.dropout.schemes.concrete import Concrete
+from vdrnn.dropout.scheme import Site
 
 EPS = 1e-7  # keeps the logs finite at u or p near 0 and 1, as the reference code
 
@@ -58,21 +54,16 @@ class ConcreteRates(LearnedNoise):
     down; the first grows with 1/(1-p).
     """
 
-    def __init__(self, scheme: Concrete, layers: list[tuple[int, int, int]], output_size: int):
+    def __init__(self, sites: list[Site], temperature: float, lengthscale: float):
         super().__init__()
-        self.temperature = scheme.temperature
-        self.lengthscale = scheme.lengthscale
+        self.temperature = temperature
+        self.lengthscale = lengthscale
         self.p_logit = nn.ParameterDict()
         self.size: dict[str, int] = {}  # K: the dropped vector's length
-        for index, (inputs, hidden, _gates) in enumerate(layers):
-            self._add(f"input{index}", input_p(scheme, index), inputs)
-            self._add(f"recurrent{index}", scheme.recurrent, hidden)
-        self._add("output", scheme.output, output_size)
-
-    def _add(self, key: str, p: float, size: int) -> None:
-        if p > 0:
-            self.p_logit[key] = nn.Parameter(torch.tensor(math.log(p / (1.0 - p))))
-            self.size[key] = size
+        for site in sites:  # one p per site, shared by the gates (tied masks only)
+            if site.p > 0:
+                self.p_logit[site.key] = nn.Parameter(torch.tensor(math.log(site.p / (1.0 - site.p))))
+                self.size[site.key] = site.size
 
     def p(self, key: str) -> torch.Tensor:
         return torch.sigmoid(self.p_logit[key])

@@ -4,15 +4,11 @@ Welling's (2015) adaptive variational dropout, the Gaussian masks' variance lear
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from vdrnn.dropout.scheme import input_p
-
-if TYPE_CHECKING:
-    from vdrnn.dropout.schemes.gaussian import Gaussian
+from vdrnn.dropout.scheme import Site
 
 # Kingma et al.'s polynomial fit of -KL(N(w, alpha w^2) || log-uniform prior) for one weight, valid for alpha <= 1.
 KL_C1, KL_C2, KL_C3 = 1.16145124, -1.50204118, 0.58629921
@@ -79,22 +75,16 @@ class NoiseScales(LearnedNoise):
     likelihood down; weighting it below 1 is Kingma's down-weighted variant ("A2", 1/3).
     """
 
-    def __init__(self, scheme: Gaussian, layers: list[tuple[int, int, int]], output_size: int):
+    def __init__(self, sites: list[Site]):
         super().__init__()
         self.log_alpha = nn.ParameterDict()
         self.fan_out: dict[str, int | None] = {}  # None: the output's, the rows of the weight it feeds
-        per_gate = scheme.gates == "untied"
-        for index, (inputs, hidden, gates) in enumerate(layers):
-            fan_out = hidden if per_gate else gates * hidden
-            for site, p, size in (("input", input_p(scheme, index), inputs), ("recurrent", scheme.recurrent, hidden)):
-                self._add(f"{site}{index}", p, (gates, size) if per_gate else (size,), fan_out)
-        self._add("output", scheme.output, (output_size,), None)
-
-    def _add(self, key: str, p: float, shape: tuple[int, ...], fan_out: int | None) -> None:
-        if p > 0:
-            start = min(math.log(p / (1.0 - p)), MAX_LOG_ALPHA)
-            self.log_alpha[key] = nn.Parameter(torch.full(shape, start))
-            self.fan_out[key] = fan_out
+        for site in sites:
+            if site.p > 0:
+                start = min(math.log(site.p / (1.0 - site.p)), MAX_LOG_ALPHA)
+                shape = (site.gates, site.size) if site.gates > 1 else (site.size,)
+                self.log_alpha[site.key] = nn.Parameter(torch.full(shape, start))
+                self.fan_out[site.key] = site.fan_out
 
     def mask(self, key, rows, like):
         if key not in self.log_alpha:

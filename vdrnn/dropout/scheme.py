@@ -9,14 +9,13 @@ expectation, nothing for the rest). The recurrent modules of :mod:`vdrnn.nn` cal
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from vdrnn.dropout.masks import PER, LayerMasks, Noise, bernoulli_mask
 
 if TYPE_CHECKING:
     import torch
-
-    from vdrnn.dropout.learned import LearnedNoise
+    from torch import nn
 
 # The cells a scheme may name, and their gates: the size of a per-gate mask's gate axis.
 GATES = {"lstm": 4, "gru": 3, "rnn": 1}
@@ -45,7 +44,7 @@ class Scheme:
         return None if cell in self.cells else self.cells_why.format(cell=cell.upper())
 
     def layer_masks(self, x: torch.Tensor, hidden_size: int, gates: int, layer: int = 0,
-                    noise: LearnedNoise | None = None) -> LayerMasks:
+                    noise: nn.Module | None = None) -> LayerMasks:
         """Masks for layer ``layer`` (0-based) whose input is ``x`` [T, B, D]; ``noise``: the scheme's learned noise
         (:meth:`learned_noise`) where it has any."""
         return LayerMasks()
@@ -56,7 +55,7 @@ class Scheme:
         state), so it is applied here."""
         return None
 
-    def output_mask(self, y: torch.Tensor, noise: LearnedNoise | None = None) -> torch.Tensor | None:
+    def output_mask(self, y: torch.Tensor, noise: nn.Module | None = None) -> torch.Tensor | None:
         """Mask for the last layer's output ``y`` [T, B, H], broadcastable to it, or None."""
         return None
 
@@ -71,11 +70,21 @@ class Scheme:
         """Does the scheme learn its noise (:meth:`learned_noise`)?"""
         return False
 
-    def learned_noise(self, layers: list[tuple[int, int, int]], output_size: int) -> LearnedNoise | None:
+    def learned_noise(self, layers: list[tuple[int, int, int]], output_size: int) -> nn.Module | None:
         """The parameters a scheme learns for a stack whose layers are (input size, hidden size, gates) and whose
         output has ``output_size`` features, or None: only Kingma's adaptive Gaussian dropout and Concrete dropout
         learn any."""
         return None
+
+
+class Site(NamedTuple):
+    """A site whose noise a scheme learns, as the learned noise's parameters are made for it."""
+
+    key: str  # input{l}, recurrent{l} (layer l's input x_t and h_{t-1}) or output (the last layer's output)
+    p: float  # the probability it starts at; 0: no noise there, nothing learned
+    size: int  # the features of the tensor its mask multiplies
+    gates: int  # 1, or the cell's gates where every gate has its own mask (untied)
+    fan_out: int | None  # how many weights one noise variable scales; None: the rows of the next layer's weight
 
 
 def check_probability(scheme: Scheme, name: str, value) -> None:

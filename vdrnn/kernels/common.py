@@ -49,7 +49,7 @@ def mask_args(zh: torch.Tensor | None, zc: torch.Tensor | None, c_scale: float, 
     per_gate = untied(zh)
     if zh is not None:
         zh = zh.float().contiguous()
-        # A mask shared by the batch ([1, H] or [1, G, H], dropout.locked_mask=batch) is read with a zero batch
+        # A mask shared by the batch ([1, H] or [1, G, H], drawn per="batch") is read with a zero batch
         # stride, so that every row of the batch reads that one row.
         stride_b = 0 if zh.shape[0] == 1 else zh.stride(0)
         stride_g = zh.stride(1) if per_gate else 0

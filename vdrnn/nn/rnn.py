@@ -14,14 +14,15 @@ from typing import ClassVar
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import PackedSequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence
 
 from vdrnn.cells import IMPLS
-from vdrnn.cells.common import Lengths, state_dtype
+from vdrnn.cells.common import state_dtype
 from vdrnn.cells.gru import gru_layer
 from vdrnn.cells.lstm import lstm_layer
 from vdrnn.cells.rnn import NONLINEARITIES, rnn_layer
 from vdrnn.dropout import GATES, LayerMasks, Scheme
+from vdrnn.nn.layout import Layout, reversed_in_time
 from vdrnn.nn.masked import MaskedModule
 
 CUDNN_MODES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN_TANH", "rnn_relu": "RNN_RELU"}
@@ -54,26 +55,17 @@ class RecurrentBase(MaskedModule):
         self.impl = impl
         self.sizes = sizes  # each layer's hidden size
         self.directions = 2 if bidirectional else 1
+        self.layout = Layout(name, input_size, batch_first, self.states,
+                             [size for size in sizes for _ in range(self.directions)],
+                             hidden_size if isinstance(hidden_size, int) else None)
         # AWD's weight-dropped layers run cuDNN eagerly and the fused kernels inside a CUDA graph, where they are the
         # faster (scripts/bench_awd.py): whoever records the graph sets this.
         self.weight_drop_on_kernels = impl == "fast"
         gates = GATES[self.cell]
-        factory = {"device": device, "dtype": dtype}
         self.names: list[tuple[str, ...]] = []  # each (layer, direction)'s W_ih, W_hh, b_ih, b_hh, as torch names them
-        for layer, hidden in enumerate(sizes):
-            inputs = self.layer_input_size(layer)
+        for layer in range(num_layers):
             for direction in range(self.directions):
-                suffix = f"l{layer}{'_reverse' if direction else ''}"
-                shapes = {f"weight_ih_{suffix}": (gates * hidden, inputs), f"weight_hh_{suffix}": (gates * hidden, hidden)}
-                if bias:
-                    shapes.update({f"bias_ih_{suffix}": (gates * hidden,), f"bias_hh_{suffix}": (gates * hidden,)})
-                for param, shape in shapes.items():
-                    setattr(self, param, nn.Parameter(torch.empty(shape, **factory)))
-                if not bias:  # zeros the kernels add; no parameters, so the state dict stays torch's
-                    for param in (f"bias_ih_{suffix}", f"bias_hh_{suffix}"):
-                        self.register_buffer(param, torch.zeros(gates * hidden, **factory), persistent=False)
-                self.names.append(tuple(f"{kind}_{suffix}" for kind in ("weight_ih", "weight_hh", "bias_ih",
-                                                                         "bias_hh")))
+                self.names.append(self._make_parameters(layer, direction, gates, {"device": device, "dtype": dtype}))
         self.reset_parameters()
         # A scheme's learned noise (Concrete dropout's p's, Kingma's alphas): parameters of this module, made after the
         # weights so that ``parameters()`` lists the weights first, in torch's order.
@@ -82,6 +74,20 @@ class RecurrentBase(MaskedModule):
         self.flatten_parameters()
 
     # ------------------------------------------------------------------ parameters
+    def _make_parameters(self, layer: int, direction: int, gates: int, factory: dict) -> tuple[str, ...]:
+        """Layer ``layer``'s weights in ``direction``, under torch's names, which it returns (W_ih, W_hh, b_ih,
+        b_hh). Without biases, zeros the kernels add: buffers outside the state dict, which stays torch's."""
+        hidden, suffix = self.sizes[layer], f"l{layer}{'_reverse' if direction else ''}"
+        names = tuple(f"{kind}_{suffix}" for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+        shapes = ((gates * hidden, self.layer_input_size(layer)), (gates * hidden, hidden), (gates * hidden,),
+                  (gates * hidden,))
+        for i, (param, shape) in enumerate(zip(names, shapes, strict=True)):
+            if i < 2 or self.bias:
+                setattr(self, param, nn.Parameter(torch.empty(shape, **factory)))
+            else:
+                self.register_buffer(param, torch.zeros(shape, **factory), persistent=False)
+        return names
+
     def layer_input_size(self, layer: int) -> int:
         return self.input_size if layer == 0 else self.sizes[layer - 1] * self.directions
 
@@ -189,15 +195,12 @@ class RecurrentBase(MaskedModule):
     def initial_state(self, batch_size: int, device=None):
         """Zeros, shaped as the state ``forward`` takes and returns: [num_layers * directions, B, H] (a tuple of
         those for the LSTM); where the layers' sizes differ, a tuple of one [B, H_l] per layer instead."""
-        device = device if device is not None else self.weight_ih_l0.device
-        dtype = state_dtype(self.weight_ih_l0)
-        layers = [tuple(torch.zeros(batch_size, self.sizes[k // self.directions], device=device, dtype=dtype)
-                        for _ in range(self.states)) for k in range(len(self.names))]
-        return self._stacked(layers)
+        weight = self.weight_ih_l0
+        return self.layout.stacked(self.layout.zeros(batch_size, device or weight.device, state_dtype(weight)))
 
     def forward(self, input, hx=None, *, drop_output: bool = True):
-        x, lengths, unbatched = self._time_major(input)
-        layers = self._layer_states(hx, x, unbatched)
+        x, lengths, unbatched = self.layout.time_major(input, self.weight_ih_l0)
+        layers = self.layout.split(hx, x, unbatched)
         if self.noise is not None and self.training:
             self.noise.constrain_()
         final = []
@@ -214,88 +217,15 @@ class RecurrentBase(MaskedModule):
         y = x.transpose(0, 1) if self.batch_first else x
         if drop_output:
             y = self.drop_output(y)
-        state = self._stacked(final)
+        state = self.layout.stacked(final, unbatched)
         if isinstance(input, PackedSequence):
             data, batch_sizes = lengths.packed_data(y.transpose(0, 1) if self.batch_first else y)
             return PackedSequence(data, batch_sizes, input.sorted_indices, input.unsorted_indices), state
-        if unbatched:
-            return y.squeeze(1), squeeze_state(state)
-        return y, state
+        return (y.squeeze(1) if unbatched else y), state
 
     def _run(self, x, state, params, masks, lengths):
         """One layer in one direction: (outputs [T, B, H], its final state, a tuple)."""
         raise NotImplementedError
-
-    # ------------------------------------------------------------------ shapes
-    def _time_major(self, input) -> tuple[torch.Tensor, Lengths | None, bool]:
-        """The input as [T, B, D], with the lengths of a packed batch, and whether it was one unbatched sequence."""
-        name = type(self).__name__
-        if isinstance(input, PackedSequence):
-            x, lengths = pad_packed_sequence(input)
-            order = torch.arange(len(lengths))
-            sort = input.sorted_indices if input.sorted_indices is not None else order
-            unsort = input.unsorted_indices if input.unsorted_indices is not None else order
-            self._check_features(x)
-            return x, Lengths(lengths, sort.cpu(), unsort.cpu()), False
-        if not isinstance(input, torch.Tensor):
-            raise TypeError(f"{name} takes a tensor or a PackedSequence, not {type(input).__name__}")
-        if input.dim() not in (2, 3):
-            raise ValueError(f"{name}: expected the input to be 2-D (one sequence) or 3-D (a batch), got "
-                             f"{input.dim()}-D of shape {tuple(input.shape)}")
-        self._check_features(input)
-        if input.dim() == 2:
-            return input.unsqueeze(1), None, True
-        return (input.transpose(0, 1) if self.batch_first else input), None, False
-
-    def _check_features(self, x: torch.Tensor) -> None:
-        if x.shape[-1] != self.input_size:
-            raise ValueError(f"{type(self).__name__}: input.size(-1) must be equal to input_size. Expected "
-                             f"{self.input_size}, got {x.shape[-1]}")
-        weight = self.weight_ih_l0
-        if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
-            raise ValueError(f"{type(self).__name__}: the input is {x.dtype} and the weights {weight.dtype}; convert "
-                             f"one to the other (module.to(dtype)) or run under torch.autocast")
-
-    def _layer_states(self, hx, x: torch.Tensor, unbatched: bool) -> list[tuple[torch.Tensor, ...]]:
-        """The initial state of each (layer, direction) as a tuple of [B, H] tensors (zeros where ``hx`` is None)."""
-        batch = x.shape[1]
-        if hx is None:
-            dtype = state_dtype(x)
-            return [tuple(torch.zeros(batch, self.sizes[k // self.directions], device=x.device, dtype=dtype)
-                          for _ in range(self.states)) for k in range(len(self.names))]
-        parts = hx if self.states > 1 else (hx,)
-        if self.states > 1 and not (isinstance(hx, (tuple, list)) and len(hx) == self.states):
-            raise ValueError(f"{type(self).__name__}: hx must be a tuple (h_0, c_0), not {type(hx).__name__}")
-        per_part = [self._split_state(part, i, batch, unbatched) for i, part in enumerate(parts)]
-        return [tuple(part[k] for part in per_part) for k in range(len(self.names))]
-
-    def _split_state(self, part, index: int, batch: int, unbatched: bool) -> list[torch.Tensor]:
-        """One part of hx (h_0, or the LSTM's c_0) as each (layer, direction)'s [B, H], checking its shape."""
-        count = len(self.names)
-        uniform = isinstance(self.hidden_size, int)
-        if uniform:
-            want = (count, self.hidden_size) if unbatched else (count, batch, self.hidden_size)
-            if not isinstance(part, torch.Tensor) or tuple(part.shape) != want:
-                got = tuple(part.shape) if isinstance(part, torch.Tensor) else type(part).__name__
-                raise ValueError(f"{type(self).__name__}: expected hidden[{index}] of size {want}, got {got}")
-            return list(part.unsqueeze(1) if unbatched else part)
-        wants = [(self.sizes[k // self.directions],) if unbatched else (batch, self.sizes[k // self.directions])
-                 for k in range(count)]
-        if (not isinstance(part, (tuple, list)) or len(part) != count
-                or any(tuple(t.shape) != w for t, w in zip(part, wants, strict=True))):
-            got = [tuple(t.shape) for t in part] if isinstance(part, (tuple, list)) else type(part).__name__
-            raise ValueError(f"{type(self).__name__}: the layers' sizes differ, so hidden[{index}] is a tuple of one "
-                             f"tensor per layer, of sizes {wants}; got {got}")
-        return [t.unsqueeze(0) if unbatched else t for t in part]
-
-    def _stacked(self, layers: list[tuple[torch.Tensor, ...]]):
-        """Each (layer, direction)'s final state as torch returns it: [num_layers * directions, B, H] (per-layer
-        tuples where the sizes differ), a tuple of two for the LSTM."""
-        parts = []
-        for i in range(self.states):
-            tensors = [state[i] for state in layers]
-            parts.append(torch.stack(tensors) if isinstance(self.hidden_size, int) else tuple(tensors))
-        return tuple(parts) if self.states > 1 else parts[0]
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
@@ -459,20 +389,3 @@ def check_arguments(name: str, cell: str, input_size, sizes: list, dropout, bidi
         raise ValueError(f"{name}(impl={impl!r}): choose one of {', '.join(repr(i) for i in IMPLS)}")
 
 
-def reversed_in_time(x: torch.Tensor, lengths: Lengths | None) -> torch.Tensor:
-    """x [T, B, ...] with each sequence's steps in reverse order: the whole T steps, or each sequence's own first
-    lengths[b] steps (its padding staying after them)."""
-    if lengths is None:
-        return x.flip(0)
-    steps = x.shape[0]
-    t = torch.arange(steps).unsqueeze(1)
-    ends = lengths.lengths.unsqueeze(0)
-    index = torch.where(t < ends, ends - 1 - t, t).to(x.device)  # [T, B]
-    return x.gather(0, index.view(steps, -1, *([1] * (x.dim() - 2))).expand_as(x))
-
-
-def squeeze_state(state):
-    """A state of one unbatched sequence: the batch dimension of each tensor dropped."""
-    if isinstance(state, torch.Tensor):
-        return state.squeeze(-2)
-    return type(state)(squeeze_state(s) for s in state)

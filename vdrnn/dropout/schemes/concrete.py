@@ -46,5 +46,5 @@ class Concrete(Variational):
             ConcreteRates,  # an nn.Module: torch, which only a model being built needs
         )
 
-        return ConcreteRates(self, layers, output_size)
+        return ConcreteRates(self.noise_sites(layers, output_size), self.temperature, self.lengthscale)
 

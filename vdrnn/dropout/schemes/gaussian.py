@@ -50,4 +50,4 @@ class Gaussian(Variational):
             NoiseScales,  # an nn.Module: torch, which only a model being built needs
         )
 
-        return NoiseScales(self, layers, output_size)
+        return NoiseScales(self.noise_sites(layers, output_size))

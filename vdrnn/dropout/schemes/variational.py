@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vdrnn.dropout.masks import LayerMasks, locked_mask, locked_rows
-from vdrnn.dropout.scheme import Scheme, check_choice, check_per, input_p
+from vdrnn.dropout.scheme import Scheme, Site, check_choice, check_per, input_p
 
 GATE_MASKS = ("tied", "untied")
 
@@ -56,6 +56,17 @@ class Variational(Scheme):
             # With both p = 0 the untied cell is exactly the tied one and may take the stock kernel.
             per_gate=untied and (p_in > 0 or self.recurrent > 0),
         )
+
+    def noise_sites(self, layers: list[tuple[int, int, int]], output_size: int) -> list[Site]:
+        """The sites a learning subclass learns the noise of: each layer's input and h_{t-1}, then the output. A unit
+        of a layer's input (or h_{t-1}) multiplies a column of W_ih (W_hh): G*H weights, or H per gate when untied."""
+        untied = self.gates == "untied"
+        sites = []
+        for index, (inputs, hidden, gates) in enumerate(layers):
+            per_gate, fan_out = (gates, hidden) if untied else (1, gates * hidden)
+            sites += [Site(f"input{index}", input_p(self, index), inputs, per_gate, fan_out),
+                      Site(f"recurrent{index}", self.recurrent, hidden, per_gate, fan_out)]
+        return [*sites, Site("output", self.output, output_size, 1, None)]
 
     def output_mask(self, y, noise=None):
         if noise is not None:
