@@ -191,13 +191,16 @@ def test_repr_names_the_scheme_as_it_was_built():
 
 
 @pytest.mark.slow
-def test_torch_compile_runs_the_module_with_its_masks():
-    """torch.compile traces around the masks' draws and the recurrence loop: the compiled module gives the eager
-    module's numbers, evaluating and training (same seed, same draws)."""
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="the fused kernels under torch.compile need CUDA"))])
+def test_torch_compile_runs_the_module_with_its_masks(device):
+    """torch.compile traces around the masks' draws and the recurrence (the reference loop on the CPU, the fused
+    kernels on CUDA, behind a graph break): the compiled module gives the eager module's numbers, evaluating and
+    training (same seed, same draws)."""
     torch.manual_seed(0)
-    lstm = vnn.LSTM(4, 6, num_layers=2, dropout=vnn.Variational(input=0.3, recurrent=0.3, output=0.3))
+    lstm = vnn.LSTM(4, 6, num_layers=2, dropout=vnn.Variational(input=0.3, recurrent=0.3, output=0.3)).to(device)
     compiled = torch.compile(lstm)
-    x = torch.randn(3, 2, 4)
+    x = torch.randn(3, 2, 4, device=device)
     for mode in ("eval", "train"):
         getattr(lstm, mode)()
         torch.manual_seed(1)

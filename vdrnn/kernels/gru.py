@@ -205,6 +205,7 @@ class _FusedGRU(torch.autograd.Function):
         return d_xproj, dh0, dw, db, dzh, None, None, None
 
 
+@torch.compiler.disable  # as lstm_fused: torch.compile runs the recurrence around a graph break
 def gru_fused(x: torch.Tensor, h0: torch.Tensor, params: tuple[torch.Tensor, ...],
               masks: LayerMasks) -> tuple[torch.Tensor, torch.Tensor]:
     """Drop-in for :func:`vdrnn.cells.gru.gru_reference`: same arguments, same results (within the products'

@@ -197,6 +197,9 @@ class _FusedLSTM(torch.autograd.Function):
         return (d_xproj, dh0, units.unpad(dc).to(c0_dtype), dw, None, db, dzh, None, None, None, None, None, None)
 
 
+# torch.compile runs the fused recurrence as it is, around a graph break: its 2T step launches, each with a plan made
+# on the host, are no graph for dynamo to trace (a CUDA graph holds them instead, vdrnn.kernels.graph).
+@torch.compiler.disable
 def lstm_fused(
     x: torch.Tensor,
     state: tuple[torch.Tensor, torch.Tensor],
