@@ -19,10 +19,10 @@ import vdrnn.nn as vnn
 from vdrnn.config import ModelConfig
 from vdrnn.dropout.config import DropoutConfig
 from vdrnn.kernels import gemm
-from vdrnn.tasks.init import initialize
+from vdrnn.tasks.model import RecurrentModel, initialize
 
 
-class LanguageModel(nn.Module):
+class LanguageModel(RecurrentModel):
     def __init__(self, vocab_size: int, config: ModelConfig, dropout: DropoutConfig):
         super().__init__()
         self.vocab_size = vocab_size
@@ -36,21 +36,12 @@ class LanguageModel(nn.Module):
         if config.tie_weights:
             self.decoder.weight = self.embedding.weight  # one parameter, after init
 
+    @property
+    def output_layer(self) -> nn.Linear:
+        return self.decoder
+
     def initial_state(self, batch_size: int, device: torch.device | str):
         return self.rnn.initial_state(batch_size, device)
-
-    @property
-    def noise_scales(self):
-        """The scheme's learned dropout noise (parameters of the recurrent layers, kept from weight decay), or None."""
-        return self.rnn.noise
-
-    def regularizer(self, num_examples: int) -> torch.Tensor:
-        """The learned dropout noise's regularizer per training token (zero for a scheme that learns none)."""
-        return self.rnn.regularizer(num_examples, self.decoder.weight)
-
-    def noise_summary(self) -> dict[str, float]:
-        """Each site's learned dropout noise and the regularizer; empty for a scheme that learns none."""
-        return self.rnn.noise_summary(self.decoder.weight)
 
     def forward(self, tokens: torch.Tensor, state, return_outputs: bool = False):
         """tokens [T, B] -> logits [T, B, V] and the final state. ``return_outputs`` also returns the last layer's

@@ -17,13 +17,13 @@ from torch import nn
 
 import vdrnn.nn as vnn
 from vdrnn.dropout.config import DropoutConfig
-from vdrnn.tasks.init import initialize
+from vdrnn.tasks.model import RecurrentModel, initialize
 from vdrnn.tasks.sentiment.config import SentimentModelConfig
 
 RECURRENT = {"lstm": vnn.LSTM, "gru": vnn.GRU, "rnn": vnn.RNN}  # cell.type -> the vdrnn.nn module
 
 
-class SentimentModel(nn.Module):
+class SentimentModel(RecurrentModel):
     def __init__(self, vocab_size: int, num_outputs: int, config: SentimentModelConfig, dropout: DropoutConfig):
         super().__init__()
         self.vocab_size = vocab_size
@@ -36,17 +36,8 @@ class SentimentModel(nn.Module):
         initialize(self, config, self.embedding, self.rnn, self.head)
 
     @property
-    def noise_scales(self):
-        """The scheme's learned dropout noise (parameters of the recurrent layers, kept from weight decay), or None."""
-        return self.rnn.noise
-
-    def regularizer(self, num_examples: int) -> torch.Tensor:
-        """The learned dropout noise's regularizer per training review (zero for a scheme that learns none)."""
-        return self.rnn.regularizer(num_examples, self.head.weight)
-
-    def noise_summary(self) -> dict[str, float]:
-        """Each site's learned dropout noise and the regularizer; empty for a scheme that learns none."""
-        return self.rnn.noise_summary(self.head.weight)
+    def output_layer(self) -> nn.Linear:
+        return self.head
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """tokens [T, B] (padded after each review's end), lengths [B] -> outputs [B, num_outputs]."""

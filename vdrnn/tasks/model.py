@@ -1,4 +1,5 @@
-"""Initialising a task model's weights (``model.init``), as the papers' code does; shared by the tasks' models."""
+"""What the tasks' models share: their learned dropout noise (:class:`RecurrentModel`), and their weights'
+initialization (``model.init``) as the papers' code does it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,30 @@ from torch import nn
 if TYPE_CHECKING:
     from vdrnn.config import ModelConfig
     from vdrnn.nn.rnn import RecurrentBase
+
+
+class RecurrentModel(nn.Module):
+    """A task's model: an embedding, ``rnn`` (a vdrnn.nn recurrent module) and the layer its output feeds
+    (``output_layer``); the scheme's learned noise, if any, is the recurrent module's."""
+
+    rnn: RecurrentBase
+
+    @property
+    def output_layer(self) -> nn.Linear:
+        raise NotImplementedError
+
+    @property
+    def noise_scales(self) -> nn.Module | None:
+        """The scheme's learned dropout noise (parameters of the recurrent layers, kept from weight decay), or None."""
+        return self.rnn.noise
+
+    def regularizer(self, num_examples: int) -> torch.Tensor:
+        """The learned dropout noise's regularizer per training example (zero for a scheme that learns none)."""
+        return self.rnn.regularizer(num_examples, self.output_layer.weight)
+
+    def noise_summary(self) -> dict[str, float]:
+        """Each site's learned dropout noise and the regularizer; empty for a scheme that learns none."""
+        return self.rnn.noise_summary(self.output_layer.weight)
 
 
 def initialize(model: nn.Module, config: ModelConfig, embedding: nn.Embedding, rnn: RecurrentBase,
