@@ -2,10 +2,11 @@
 PYTHON ?= python3
 ARGS ?=
 
-.PHONY: help install test test-unit lint train sweep tensorboard bench tables reproduce-medium reproduce-large
+.PHONY: help install test test-unit lint train sweep tensorboard bench tables reproduce-medium reproduce-large \
+	reproduce-wt2-medium reproduce-wt2-large
 
 help:
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 install: ## pip install torch==2.13.0 from pip's configured index (from PyPI on Linux the CUDA build; the CPU-only one: README, Set up), then vdrnn and its dev tools
 	$(PYTHON) -m pip install torch==2.13.0
@@ -40,3 +41,9 @@ reproduce-medium: ## every Table 1 row, medium model, 2 seeds (ARGS="--gpus 0 1 
 
 reproduce-large: ## the same for the large model
 	$(PYTHON) scripts/reproduce.py --size large --seeds 1 2 $(ARGS)
+
+reproduce-wt2-medium: ## the WikiText-2 table's medium rows, 2 seeds; report in runs/wt2-medium/report
+	$(PYTHON) scripts/reproduce.py --corpus wt2 --size medium --seeds 1 2 $(ARGS)
+
+reproduce-wt2-large: ## the same for the large model
+	$(PYTHON) scripts/reproduce.py --corpus wt2 --size large --seeds 1 2 $(ARGS)

@@ -2,13 +2,14 @@
 """Run experiment presets, spread over the GPUs of one machine, then report.
 
     python scripts/reproduce.py --size medium --seeds 1 2                    # Table 1, medium rows
+    python scripts/reproduce.py --corpus wt2 --size medium --seeds 1 2       # the WikiText-2 table's medium rows
     python scripts/reproduce.py --size large --seeds 1 2 --gpus 0 1 2 3      # large rows on 4 GPUs
     python scripts/reproduce.py --size large --rows variational variational_untied --deadline-min 9
     python scripts/reproduce.py --experiments imdb_lstm_variational imdb_gru_variational --root runs/imdb
     python scripts/reproduce.py --size medium --seeds 1 2 -- trainer.amp=bf16   # overrides for every job after --
 
 Each job runs `vdrnn train experiment=<preset> seed=<s>` in its own folder <root>/<preset>/seed<s>
-(for --size, <preset> is <size>_<row>).
+(for --size, <preset> is <size>_<row> on Penn Treebank, wt2_<size>_<row> on WikiText-2: the rows that have a preset).
 A job whose run ended (its metrics.json says finished or failed) is skipped and any other resumes from its last.pt,
 so the script can be called again and again until every job is done: that is how a run longer than a machine's time
 allocation completes. Each call must ask for the same overrides as the calls before
@@ -36,6 +37,7 @@ import os
 import subprocess
 import sys
 import time
+from importlib.resources import files
 from pathlib import Path
 
 import yaml
@@ -43,6 +45,7 @@ import yaml
 from vdrnn.report.found import UNFINISHED, find_runs, read_metrics, status_of
 
 ROWS = ["none", "moon", "moon_emb", "zaremba", "variational", "variational_untied"]
+CORPORA = {"ptb": "", "wt2": "wt2_"}  # --corpus -> its presets' prefix
 EXIT_UNFINISHED = 3  # the deadline left jobs to run: not a failure, a "call until done" loop calls again
 
 
@@ -51,6 +54,17 @@ def ended(folder: Path) -> bool:
     metrics.json too (saying so): that job resumes from its last.pt."""
     path = folder / "metrics.json"
     return path.exists() and status_of(read_metrics(path)) not in UNFINISHED
+
+
+def table_presets(corpus: str, size: str, rows: list[str] | None) -> list[str]:
+    """The presets of a table's rows at ``size``: those of ``rows`` (default: every row with a preset on ``corpus``),
+    or a ValueError naming a row the corpus has no preset for."""
+    presets = [f"{CORPORA[corpus]}{size}_{row}" for row in rows or ROWS]
+    known = {path.name.removesuffix(".yaml") for path in files("vdrnn.conf").joinpath("experiment").iterdir()}
+    missing = [preset for preset in presets if preset not in known]
+    if rows and missing:
+        raise ValueError(f"{', '.join(missing)}: no such preset in conf/experiment/")
+    return [preset for preset in presets if preset in known]
 
 
 def vdrnn_command() -> list[str]:
@@ -127,15 +141,17 @@ def main() -> None:
                                             f"Exit status {EXIT_UNFINISHED}: the deadline left jobs unfinished, call "
                                             "again; 1: a job or the report failed.")
     which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--size", choices=["medium", "large"], help="Table 1's rows for this model size")
+    which.add_argument("--size", choices=["medium", "large"], help="a table's rows for this model size")
     which.add_argument("--experiments", nargs="+", help="any presets of conf/experiment/")
+    parser.add_argument("--corpus", choices=sorted(CORPORA), default="ptb",
+                        help="with --size: Table 1 on Penn Treebank, or the WikiText-2 table")
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=None, help="with --size: which rows (default: all)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1])
     parser.add_argument("--parallel", type=int, default=2, help="jobs running at once on each GPU")
     parser.add_argument("--gpus", nargs="+", type=int, default=None,
                         help="indices of the GPUs (as this process sees them) to spread the jobs over "
                              "(default: leave CUDA_VISIBLE_DEVICES as it is)")
-    parser.add_argument("--root", type=Path, default=None, help="default: runs/ptb-<size> (runs/presets)")
+    parser.add_argument("--root", type=Path, default=None, help="default: runs/<corpus>-<size> (runs/presets)")
     parser.add_argument("--report", type=Path, default=None, help="default: <root>/report")
     parser.add_argument("--deadline-min", type=float, default=None,
                         help="stop unfinished jobs, and start no more, after this many minutes "
@@ -163,8 +179,11 @@ def main() -> None:
     except ValueError as err:
         parser.error(f"--gpus: {err}")
     if args.size:
-        presets = [f"{args.size}_{row}" for row in args.rows or ROWS]
-        root = args.root or Path("runs") / f"ptb-{args.size}"
+        try:
+            presets = table_presets(args.corpus, args.size, args.rows)
+        except ValueError as err:
+            parser.error(f"--rows: {err}")
+        root = args.root or Path("runs") / f"{args.corpus}-{args.size}"
     else:
         presets = args.experiments
         root = args.root or Path("runs") / "presets"

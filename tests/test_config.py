@@ -14,6 +14,7 @@ from vdrnn import help as help_text
 from vdrnn.config import to_container
 from vdrnn.errors import ConfigError
 from vdrnn.eval_settings import eval_config
+from vdrnn.tasks import task_of
 from vdrnn.tasks.lm.config import from_dict
 from vdrnn.tasks.sentiment import config as sentiment_config
 from vdrnn.training.tracking import flatten
@@ -30,9 +31,9 @@ TABLE1 = [p for p in GROUPS["experiment"] if p.startswith(("medium_", "large_"))
 
 
 def validated(cfg):
-    """Validate as `vdrnn train` does: PTB through vdrnn.config, sentiment datasets through their task's module."""
+    """Validate as `vdrnn train` does: through the run's task (its dataset's data.task)."""
     raw = to_container(cfg)
-    return from_dict(raw) if raw["data"]["name"] == "ptb" else sentiment_config.from_dict(raw)
+    return task_of(raw).parse(raw)
 
 
 SENTIMENT_PRESETS = [f"{data}_{cell}_{scheme}" for data in ("imdb", "scale") for cell in ("lstm", "gru")
@@ -48,6 +49,8 @@ RUN, EXPECT, MORE, NOTE = "#   Run:    vdrnn train experiment=", "#   Expect: ",
 PM = r"( ± \d+\.\d+)?"
 MEASURED = {"ptb": rf"val \d+\.\d{PM}, test \d+\.\d{PM}", "imdb": rf"test accuracy \d+\.\d+{PM}%",
             "scale": r"test RMSE 0\.\d{3}"}
+MEASURED["wikitext2"] = MEASURED["ptb"]
+NOT_YET = "no GPU run yet; "  # how a preset whose row has no run behind it says so, before the published numbers
 
 
 def header(preset: str) -> tuple[list[str], str]:
@@ -174,10 +177,13 @@ def test_every_preset_header_gives_its_command_and_the_numbers_to_expect(preset)
     """Run and Expect lines; vdrnn's measured numbers with their seeds and GPU; the paper's where it has a row."""
     expect = assert_header_runs(preset)
     cfg = composed(f"experiment={preset}")
-    if cfg.paper is not None:
+    if cfg.paper is not None and cfg.paper.valid is not None:
         assert f"val {cfg.paper.valid}, test {cfg.paper.test}" in expect, expect
         if cfg.paper.test_mc is not None:
             assert f"MC test {cfg.paper.test_mc}" in expect, expect
+    if expect.startswith(NOT_YET):  # a row of a table still to be filled: nothing measured to state
+        assert cfg.data.name == "wikitext2", expect
+        return
     measured = expect.split("paper:")[0].split("reference README")[0]  # vdrnn's numbers come first
     assert re.match(rf"(with [\w.=]+: )?{MEASURED[cfg.data.name]}", measured), measured
     assert re.search(r"\b\d+ seeds?\b", measured) and re.search(r"\bH[12]00\b", measured), measured

@@ -201,3 +201,12 @@ def test_gpu_indices_are_positions_among_the_gpus_this_process_sees(script, monk
     assert script.visible_devices([1, 0]) == ["7", "3"]
     with pytest.raises(ValueError, match="no GPU 2: this process sees 2 GPU"):
         script.visible_devices([0, 2])
+
+
+def test_a_corpus_table_runs_the_rows_that_have_a_preset_on_it(script):
+    assert script.table_presets("wt2", "medium", None) == [
+        "wt2_medium_zaremba", "wt2_medium_variational", "wt2_medium_variational_untied"]
+    assert script.table_presets("wt2", "large", None) == ["wt2_large_variational"]
+    assert script.table_presets("ptb", "large", ["zaremba"]) == ["large_zaremba"]
+    with pytest.raises(ValueError, match="wt2_large_moon: no such preset in conf/experiment/"):
+        script.table_presets("wt2", "large", ["moon"])

@@ -152,13 +152,24 @@ def calibration_table(rows: list[PtbRow]) -> list[list[str]]:
     return lines
 
 
+def sources(rows: list[PtbRow]) -> list[str]:
+    """Where the published numbers of the rows come from, where their presets name it (``paper.source``): a line per
+    source, naming its rows."""
+    cited: dict[str, list[str]] = {}
+    for row in rows:
+        source = (row.paper or {}).get("source")
+        if source and row.label not in cited.setdefault(source, []):
+            cited[source].append(row.label)
+    return [f"Published numbers of {', '.join(labels)}: {source}." for source, labels in cited.items()]
+
+
 def write(collected: dict[str, list[PtbRow]], out: Path) -> tuple[list[str], list[Path]]:
     """Each corpus's table (.md, .csv) and validation curves (.png) in ``out``, and where runs were scored for
     calibration their table and reliability diagrams: (the tables as text, files written)."""
     texts, written = [], []
     for dataset, rows in collected.items():
         table, curves = stems(dataset)
-        text = write_table(ptb_table(rows), PTB_COLUMNS, out / table)
+        text = write_table(ptb_table(rows), PTB_COLUMNS, out / table, sources(rows))
         texts.append(text if dataset == PAPER_CORPUS else f"{dataset}: perplexity of the kept checkpoints\n\n{text}")
         plot_ptb(rows, out / f"{curves}.png", "PTB" if dataset == PAPER_CORPUS else dataset)
         written += [out / f"{table}.md", out / f"{table}.csv", out / f"{curves}.png"]

@@ -12,9 +12,9 @@ def markdown(lines: list[list[str]], columns: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_table(lines: list[list[str]], columns: list[str], stem: Path) -> str:
-    """``stem``.md and ``stem``.csv; returns the Markdown."""
-    text = markdown(lines, columns)
+def write_table(lines: list[list[str]], columns: list[str], stem: Path, notes: list[str] = ()) -> str:
+    """``stem``.md (with ``notes`` under the table) and ``stem``.csv; returns the Markdown."""
+    text = markdown(lines, columns) + "".join(f"\n{note}\n" for note in notes)
     stem.with_suffix(".md").write_text(text)
     with open(stem.with_suffix(".csv"), "w", newline="") as f:
         writer = csv.writer(f)

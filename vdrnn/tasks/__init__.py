@@ -5,7 +5,7 @@ A task (``vdrnn/tasks/<name>/``) is the whole of one kind of experiment: its con
 :class:`~vdrnn.tasks.base.Task` object (`vdrnn report` tabulates its runs: :mod:`vdrnn.report`). A run's task
 is its ``data.task``, which its dataset's YAML sets.
 
-- :mod:`vdrnn.tasks.lm`: word-level language modelling (PTB), Table 1 and AWD-LSTM;
+- :mod:`vdrnn.tasks.lm`: word-level language modelling (PTB, WikiText-2), Table 1 and AWD-LSTM;
 - :mod:`vdrnn.tasks.sentiment`: review sentiment, IMDB classification and the Pang & Lee scale regression.
 """
 

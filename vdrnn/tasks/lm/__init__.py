@@ -1,7 +1,7 @@
 """Word-level language modelling: Gal & Ghahramani's Table 1 on Penn Treebank, and AWD-LSTM.
 
     config.py    the run config (data.* of a corpus, BPTT, batch sizes)
-    datasets/    one module per corpus: finds and reads its files (ptb.py)
+    datasets/    one module per corpus: finds and reads its files (ptb.py, wikitext2.py)
     data.py      a corpus as token streams, cut into parallel columns and BPTT minibatches
     model.py     embedding -> stacked LSTM layers -> decoder, with the dropout scheme's sites
     train.py     truncated BPTT with SGD (Zaremba, Gal), AWD's variable lengths, AR/TAR and NT-ASGD

@@ -25,9 +25,11 @@ class Corpus:
     test: list[int]
 
 
-def tokenize(lines: list[str]) -> list[str]:
-    """Whitespace tokens, plus one <eos> per line (empty lines are not part of Mikolov's files)."""
-    return [word for line in lines if line.strip() for word in line.split() + [EOS]]
+def tokenize(lines: list[str], blank_lines: bool = False) -> list[str]:
+    """Whitespace tokens, plus one <eos> per line: per line with words (Mikolov's files have no empty line), or per
+    line of any kind with ``blank_lines`` (WikiText's paragraphs are separated by blank lines, which its published
+    counts read as an <eos> each)."""
+    return [word for line in lines if blank_lines or line.strip() for word in line.split() + [EOS]]
 
 
 def unseen_words(tokens: dict[str, list[str]]) -> set[str]:
