@@ -8,7 +8,7 @@ probabilities of several stochastic passes, each keeping its masks for the whole
     python examples/word_language_model.py                      # Penn Treebank from $VDRNN_DATA_DIR/ptb
     python examples/word_language_model.py --data path/to/ptb --steps 300
 
-About a minute on a CPU: 200 steps of a 2 x 200 model, then the first 5,000 validation tokens (on a GPU where there
+About a minute on a CPU: 200 steps of a 2 x 200 model, then the first 3,000 validation tokens (on a GPU where there
 is one).
 """
 
@@ -102,7 +102,7 @@ def main() -> None:
                         help="a folder with ptb.train.txt and ptb.valid.txt (default: $VDRNN_DATA_DIR/ptb)")
     parser.add_argument("--size", type=int, default=200, help="embedding and hidden units")
     parser.add_argument("--steps", type=int, default=200, help="training steps (minibatches of 20 x 35 words)")
-    parser.add_argument("--eval-tokens", type=int, default=5000, help="validation words scored at the end")
+    parser.add_argument("--eval-tokens", type=int, default=3000, help="validation words scored at the end")
     parser.add_argument("--samples", type=int, default=10, help="MC dropout samples")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
