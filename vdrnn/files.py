@@ -1,5 +1,7 @@
-"""Files: written so that a crash leaves either the old file or the new one, never half of one; and the data files a
-dataset needs, checked before reading."""
+"""Files: written so that a crash leaves either the old file or the new one, never half of one (every file vdrnn
+writes goes through :func:`replaced_atomically`, but for its log and TensorBoard's event streams, which only grow);
+folders made with a failure named as a :class:`WriteError`; and the data files a dataset needs, checked before
+reading."""
 
 from __future__ import annotations
 
@@ -56,13 +58,19 @@ WRITE_FIXES = {
     errno.EFBIG: "the file is larger than this process may write (ulimit -f): raise the limit",
     errno.EACCES: "make the folder writable, or choose another output dir (hydra.run.dir=...)",
     errno.EROFS: "the disk is read-only: choose another output dir (hydra.run.dir=...)",
+    errno.EPERM: "make the folder writable, or choose another output dir (hydra.run.dir=...)",
+    errno.ENAMETOOLONG: "a name in the path is longer than the file system allows: choose a shorter one",
+    errno.EEXIST: "a file stands where a folder should be: choose another output dir (hydra.run.dir=...)",
+    errno.ENOTDIR: "a file stands where a folder should be: choose another output dir (hydra.run.dir=...)",
+    errno.EISDIR: "a folder stands where the file should be: move it aside",
 }
 
 
-def write_error(path: Path, err: OSError) -> WriteError:
+def write_error(path: Path, err: OSError, kept: str = "; what the file held before is intact") -> WriteError:
+    """The WriteError of a failed write of ``path``: what the system said, the fix, and what is ``kept``."""
     fix = WRITE_FIXES.get(err.errno, "fix what the system says")
     return WriteError(f"cannot write {path}: {err.strerror or err}. {fix[0].upper()}{fix[1:]}, then run the same "
-                      f"command again; what the file held before is intact")
+                      f"command again{kept}")
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -72,12 +80,23 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def append_line(path: Path, line: str) -> None:
-    """Append one line to ``path`` (a JSON-lines history); a failed write is a :class:`WriteError`."""
+    """Add one line to ``path`` (a JSON-lines history), replacing the file whole: a crash leaves every line
+    whole."""
     try:
-        with open(path, "a") as f:
-            f.write(line + "\n")
+        before = path.read_bytes() if path.exists() else b""
     except OSError as err:
         raise write_error(path, err) from err
+    with replaced_atomically(path) as f:
+        f.write(before + line.encode() + b"\n")
+
+
+def make_folder(path: Path) -> None:
+    """``path`` and its parents, made where missing; a :class:`WriteError` naming the fix where they cannot be (a
+    read-only disk, a file in the way, a name over the file system's limit)."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise write_error(Path(path), err, kept="") from err
 
 
 def read_utf8(path: Path, fix: str) -> str:

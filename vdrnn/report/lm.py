@@ -11,7 +11,7 @@ from typing import Any
 
 from vdrnn.report.evaluations import Metric, evaluation_columns, evaluation_table
 from vdrnn.report.found import by_dataset, numbers_as_numbers
-from vdrnn.report.plots import draw_curves, reliability_figure, save_curves
+from vdrnn.report.plots import draw_curves, reliability_figure, save_curves, save_figure
 from vdrnn.report.rows import (
     QUIET_OVERRIDES,
     RUN_COLUMNS,
@@ -229,8 +229,7 @@ def plot_mc_samples(curves: dict[str, list[tuple[int, dict[str, Any]]]], path: P
     axes[2].set_yscale("log")
     fig.tight_layout(rect=(0, 0.06 + 0.03 * len(curves), 1, 1))  # room below for the legend, a line per checkpoint
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", fontsize=8)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def write_evaluations(evaluations: list[tuple[Path, dict[str, Any]]], out: Path) -> tuple[list[str], list[Path]]:

@@ -8,6 +8,7 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
+from vdrnn.files import replaced_atomically
 from vdrnn.report.rows import Row
 
 
@@ -53,7 +54,6 @@ def draw_curves(panels: dict[str, list[Row]], line_name: Callable[[Row], str]):
 def save_curves(fig, axes, path: Path) -> None:
     """Grid, whole-epoch ticks (a one-epoch run's axis would otherwise read 0.96-1.04) and legend on every panel,
     then the PNG."""
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
     for ax in axes:
@@ -62,8 +62,7 @@ def save_curves(fig, axes, path: Path) -> None:
         if ax.get_lines():  # a panel with no runs has nothing to name
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13))
     fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def reliability_panel(ax, row: Row) -> None:
@@ -108,5 +107,15 @@ def reliability_figure(rows: list[Row], path: Path) -> None:
     for ax in list(axes.flat)[len(rows):]:
         ax.set_visible(False)
     fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path)
+
+
+def save_figure(fig, path: Path) -> None:
+    """Write ``fig`` to the PNG ``path`` whole (a failed write is a WriteError), and close it."""
+    import matplotlib.pyplot as plt
+
+    try:
+        with replaced_atomically(path) as f:
+            fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
+    finally:
+        plt.close(fig)
