@@ -24,9 +24,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from vdrnn.config import refuse_deletions, to_container
-from vdrnn.errors import ConfigError, FolderInUse, RunStopped, VdrnnError
-from vdrnn.eval_settings import eval_config
-from vdrnn.files import write_atomically
+from vdrnn.errors import ConfigError, Crashed, FolderInUse, RunStopped, VdrnnError, WriteError
+from vdrnn.eval_settings import eval_run
+from vdrnn.files import make_folder, write_atomically
+from vdrnn.output_dir import log_file, open_log
 from vdrnn.tasks import task_of
 from vdrnn.training.run import train
 
@@ -88,27 +89,40 @@ def _fail(err: VdrnnError, cfg: DictConfig, run_dir: Path) -> NoReturn:
     A folder with no record yet (a fresh start's) gets this start's (.hydra/), so that a refused job of a sweep says
     what it was given beside the error in its vdrnn.log; a folder that has one keeps it (record_start).
 
-    A single run exits with the error's status (:mod:`vdrnn.errors`: 2 refused, 3 diverged, 4 a failed write). A job
-    of a `-m` sweep raises an Exception instead: Hydra's launcher records it as that job's failure and goes on to the
-    next job (a SystemExit would end the whole sweep there), and once the jobs have run, Hydra reports the first
-    failed one and exits with status 1.
+    A single run exits with the error's status (:mod:`vdrnn.errors`: 1 crashed, 2 refused, 3 diverged, 4 a failed
+    write). A job of a `-m` sweep raises an Exception instead: Hydra's launcher records it as that job's failure and
+    goes on to the next job (a SystemExit would end the whole sweep there), and once the jobs have run, Hydra reports
+    the first failed one and exits with status 1.
     """
-    _write_to_log_file(str(err))
-    # A folder another live run holds is that run's: nothing of this start goes there.
-    if not (run_dir / ".hydra").exists() and not isinstance(err, FolderInUse):
-        record_start(cfg, run_dir)
+    # A folder another live run holds is that run's, its log included: nothing of this start goes there. Nor does a
+    # record go where writing has just failed.
+    if not isinstance(err, FolderInUse):
+        _write_to_log_file(str(err))
+        if not (run_dir / ".hydra").exists() and not isinstance(err, WriteError):
+            record_start(cfg, run_dir)
     print(f"error: {err}", file=sys.stderr)
     if HydraConfig.get().mode == RunMode.MULTIRUN:
         raise JobFailed(str(err)) from err
     raise SystemExit(err.exit_status)
 
 
-def _write_to_log_file(message: str) -> None:
+def _crashed(err: Exception, cfg: DictConfig, run_dir: Path) -> NoReturn:
+    """A crash that no input explains (vdrnn.training.run has marked the run failed): its traceback in vdrnn.log
+    only, and on the terminal one line saying where it is, with status 1."""
+    _write_to_log_file("the traceback of the crash:", exc_info=err)
+    where = log_file()
+    said = f"the traceback is in {where}" if where else "no log could be written (the folder is not writable)"
+    _fail(Crashed(f"{Crashed.of(err)}; {said}: please report it, with that file, to vdrnn's maintainers"), cfg,
+          run_dir)
+
+
+def _write_to_log_file(message: str, exc_info: BaseException | None = None) -> None:
     """Record an error in the run's vdrnn.log only: the terminal gets it once, as `error: ...` on stderr, where a
     log call would print it a second time through Hydra's console handler."""
-    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, message, None, None)
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, message, None,
+                            (type(exc_info), exc_info, exc_info.__traceback__) if exc_info else None)
     for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
+        if isinstance(handler, logging.FileHandler) and handler.stream is not None:
             handler.handle(record)
 
 
@@ -140,30 +154,43 @@ def record_start(cfg: DictConfig, run_dir: Path) -> None:
     (a refused start in a folder with no record gets its own: _fail)."""
     hydra = HydraConfig.get()
     record = {"config.yaml": cfg, "hydra.yaml": {"hydra": hydra}, "overrides.yaml": list(hydra.overrides.task)}
-    (run_dir / ".hydra").mkdir(exist_ok=True)
+    make_folder(run_dir / ".hydra")
     for name, content in record.items():
         write_atomically(run_dir / ".hydra" / name, OmegaConf.to_yaml(content))
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base="1.3")
 def train_command(cfg: DictConfig) -> float | None:
-    raw = to_container(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
+        open_log()
+        raw = to_container(cfg)
+        refuse_eval_only(raw)
         task = task_of(raw)
         metrics = train(task, raw, run_dir, accepted=lambda: record_start(cfg, run_dir))
+        # The command line this run finished under, beside its metrics.json, for `vdrnn report`'s overrides column
+        # (.hydra/overrides.yaml is the last accepted start's, which may have stopped before the end).
+        write_atomically(run_dir / "overrides.yaml", OmegaConf.to_yaml(list(HydraConfig.get().overrides.task)))
     except VdrnnError as err:
         _fail(err, cfg, run_dir)
     except RunStopped as stop:
         _stopped(stop, run_dir)
     except KeyboardInterrupt:
         _interrupted(run_dir)
-    # The command line this run finished under, beside its metrics.json, for `vdrnn report`'s overrides column
-    # (.hydra/overrides.yaml is the last accepted start's, which may have stopped before the end).
-    write_atomically(run_dir / "overrides.yaml", OmegaConf.to_yaml(list(HydraConfig.get().overrides.task)))
+    except Exception as err:
+        _crashed(err, cfg, run_dir)
     log.info("finished: %s; %s holds metrics.json, best.pt and the TensorBoard events", task.headline(metrics),
              run_dir)
     return objective_of(metrics, raw.get("objective"), cfg, run_dir)
+
+
+def refuse_eval_only(raw: dict) -> None:
+    """`vdrnn train` would ignore ``checkpoint=`` (what `vdrnn eval` scores) without a word: refuse it, naming the
+    keys that start a run from a checkpoint."""
+    if raw.get("checkpoint"):
+        raise ConfigError(f"checkpoint={raw['checkpoint']} is what `vdrnn eval` scores, and `vdrnn train` would ignore "
+                          f"it: drop it; to continue a run from it use resume=PATH, to start a new language-model run "
+                          f"from its weights init_from=PATH")
 
 
 def objective_of(metrics: dict, objective: str | None, cfg: DictConfig, run_dir: Path) -> float | None:
@@ -186,29 +213,31 @@ def eval_command(cfg: DictConfig) -> None:
     from vdrnn.training import checkpoint
     from vdrnn.training.evaluation import evaluate_checkpoint
 
-    raw = to_container(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    out = run_dir / "eval.json"
     try:
+        open_log()
+        raw = to_container(cfg)
         if not raw.get("checkpoint"):
             raise VdrnnError("vdrnn eval needs checkpoint=PATH (a best.pt or last.pt of a run)")
         path = Path(raw["checkpoint"])
         payload = checkpoint.load(path)  # read once: large models' checkpoints run to hundreds of MB
         given = {override.split("=", 1)[0].lstrip("+~") for override in HydraConfig.get().overrides.task}
-        run_raw = eval_config(raw, payload["config"], given)
+        task, run_cfg, run_raw = eval_run(raw, payload["config"], given, path)
         record_start(cfg, run_dir)
-        task = task_of(run_raw)
-        metrics = evaluate_checkpoint(task, task.parse(run_raw), path, payload)
+        metrics = evaluate_checkpoint(task, run_cfg, path, payload)
         # What it ran: the checkpoint's settings with the command line's (eval.*, amp, batch sizes), as metrics.json
         # records a training run's, and whether that is a smoke run's (a step cap, or capped data it brings along).
         metrics["smoke"] = task.is_smoke(run_raw)
         metrics["config"] = run_raw
+        write_atomically(out, json.dumps(metrics, indent=2) + "\n")
     except VdrnnError as err:
         _fail(err, cfg, run_dir)
     except KeyboardInterrupt:
         log.warning("interrupted; no eval.json was written")
         raise SystemExit(130) from None
-    out = run_dir / "eval.json"
-    out.write_text(json.dumps(metrics, indent=2) + "\n")
+    except Exception as err:
+        _crashed(err, cfg, run_dir)
     # The numbers on the terminal; the config and the reliability diagrams' bins only in the file.
     print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, dict) and not
                       (isinstance(v, list) and len(v) > 2)}, indent=2))
@@ -360,6 +389,7 @@ def checked_config(overrides: list[str]) -> dict:
     refuse_deletions(overrides)
     cfg, _ = composed(overrides)
     raw = to_container(cfg)
+    refuse_eval_only(raw)
     task_of(raw).parse(raw)
     return raw
 

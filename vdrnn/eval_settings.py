@@ -1,17 +1,21 @@
-"""What `vdrnn eval` takes from its command line, and what from the checkpoint it evaluates."""
+"""What `vdrnn eval` takes from its command line, and what from the checkpoint it evaluates.
+
+Nothing a checkpoint carries chooses code or files: which module reads the data (``data.reader``) and where the data
+lies (``data.root``) are always the command line's, as are the device and the seed."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from vdrnn.config import drop_them, key_among
-from vdrnn.errors import ConfigError
+from vdrnn.errors import CheckpointError, ConfigError
 from vdrnn.tasks import TASKS, Task, task_of
 
 # `vdrnn eval` runs a checkpoint under the config it was trained with, except for what its own command line
-# gives: always the device, seed and where the data is; and, when given, the evaluation settings and the
-# settings that change speed or memory but not the model (batch sizes, precision, implementation).
-EVAL_ALWAYS = ("device", "seed", "checkpoint", "data.root")
+# gives: always the device, seed, where the data is and the module that reads it (a checkpoint's own would choose
+# code to import); and, when given, the evaluation settings and the settings that change speed or memory but not the
+# model (batch sizes, precision, implementation).
+EVAL_ALWAYS = ("device", "seed", "checkpoint", "data.root", "data.reader")
 EVAL_WHEN_GIVEN = ("eval", "data.eval_batch_size", "trainer.amp", "model.impl")
 MC_ONLY = ("eval.samples", "eval.batch", "eval.word_dropout", "eval.mc_masks")
 
@@ -63,3 +67,19 @@ def eval_config(raw: dict[str, Any], trained: dict[str, Any], given: set[str]) -
                           f"evaluation is weight scaling (eval=scale, {whose}): add eval=mc, or "
                           f"{drop_them(mc_only)}")
     return merged
+
+
+def eval_run(raw: dict[str, Any], trained: dict[str, Any], given: set[str], path) -> tuple[Task, Any, dict[str, Any]]:
+    """The task, the typed config and the plain config `vdrnn eval` of checkpoint ``path`` runs (eval_config), each
+    refusal blamed where it lies: on the command line's own values, on the checkpoint's settings (a CheckpointError:
+    saved by another vdrnn version, or not by vdrnn), or on the two together."""
+    task_of(raw).parse(raw)
+    try:
+        task = task_of(trained)
+        task.parse(eval_config(raw, trained, set()))
+    except ConfigError as err:
+        raise CheckpointError(f"checkpoint {path} holds settings this vdrnn cannot run ({err}); it was saved by "
+                              f"another vdrnn version or not by vdrnn: evaluate it with the version that trained it, "
+                              f"or use a checkpoint of a run of this one") from None
+    run_raw = eval_config(raw, trained, given)
+    return task, task.parse(run_raw), run_raw

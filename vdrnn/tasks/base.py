@@ -7,7 +7,9 @@ modules (torch, its model, its trainer) when called, so that checking a config d
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import inspect
 from typing import TYPE_CHECKING, Any
 
 from vdrnn.errors import ConfigError
@@ -44,9 +46,10 @@ class Task:
         the task's own ``vdrnn/tasks/<task>/datasets/<name>.py``."""
         return data.reader or f"vdrnn.tasks.{self.name}.datasets.{data.name}"
 
-    def has_dataset(self, name: str) -> bool:
+    def has_dataset(self, name: Any) -> bool:
         """Is there a module ``datasets/<name>.py`` in this task's folder?"""
-        return importlib.util.find_spec(f"vdrnn.tasks.{self.name}.datasets.{name}") is not None
+        return isinstance(name, str) and name.isidentifier() and \
+            importlib.util.find_spec(f"vdrnn.tasks.{self.name}.datasets.{name}") is not None
 
     def headline(self, metrics: dict[str, Any]) -> str:
         """The test numbers a run's or an evaluation's last line gives (``test ppl 79.6, MC 77.8 (valid 82.9)``)."""
@@ -56,7 +59,8 @@ class Task:
         """Refuse a dataset whose reading module does not exist, before anything is loaded."""
         module = self.dataset_module(data)
         try:
-            found = importlib.util.find_spec(module) is not None
+            # A name of the task's own folder, a module there: not a dotted path that would reach elsewhere.
+            found = (bool(data.reader) or data.name.isidentifier()) and importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):  # a parent package that does not exist, or an empty name
             found = False
         if not found:
@@ -80,3 +84,17 @@ class Task:
     def evaluate_model(self, model: torch.nn.Module, data, cfg) -> dict[str, Any]:
         """The test metrics of ``model`` (valid_*, test_*, and with ``eval=mc`` test_*_mc)."""
         raise NotImplementedError
+
+
+def read_dataset(module: str, data, returns: type):
+    """What the dataset module ``module`` reads for ``data`` (its ``read(data)``), a ``returns``; a ConfigError where
+    the module is no dataset reader (``data.reader`` naming some other module)."""
+    read = getattr(importlib.import_module(module), "read", None)
+    if not inspect.isfunction(read):
+        raise ConfigError(f"data.reader={module} is not a dataset reader: it has no read(data) function. Name a module "
+                          f"that has one (docs/extending.md), or drop data.reader for the dataset's own")
+    read_data = read(data)
+    if not isinstance(read_data, returns):
+        raise ConfigError(f"data.reader={module}: its read(data) returned a {type(read_data).__name__}, not a "
+                          f"{returns.__name__} (docs/extending.md)")
+    return read_data

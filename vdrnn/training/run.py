@@ -1,6 +1,6 @@
 """`vdrnn train` of one run: its task's trainer set up, trained and tested in the run's folder, which the run
 holds alone (:mod:`.lock`) and stops in safely on a signal (:mod:`.stopping`); a run that ends without its
-result says so in its metrics.json.
+result, stopped, refused mid-way or crashed, says so in its metrics.json.
 
 Nothing here imports torch: a config error comes back before the task's trainer loads it.
 """
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vdrnn.errors import RunStopped, VdrnnError
+from vdrnn.errors import Crashed, RunStopped, VdrnnError
 from vdrnn.training.lock import RunLock
 
 if TYPE_CHECKING:
@@ -35,8 +35,9 @@ def train(task: Task, raw: dict[str, Any], run_dir: Path,
             trainer.record_end("stopped", str(stop) if isinstance(stop, RunStopped) else
                                f"stopped ({type(stop).__name__}); {trainer.folder.last} holds the last saved step")
             raise
-        except VdrnnError as err:
-            trainer.record_end("failed", str(err))
+        except Exception as err:
+            # Whatever ends a run without its result, a fault of its input or a bug, leaves it marked failed, why.
+            trainer.record_end("failed", str(err if isinstance(err, VdrnnError) else Crashed.of(err)))
             raise
         finally:
             trainer.cleanup()

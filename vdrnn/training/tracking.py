@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,8 @@ from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData, Sessi
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
-from vdrnn.files import append_line, write_atomically
+from vdrnn.errors import RecordError
+from vdrnn.files import append_line, os_error_in, write_atomically, write_error
 
 log = logging.getLogger("vdrnn")
 
@@ -53,16 +56,31 @@ class RunLogger:
         # The hparams go in once per folder: a run resumed in its own folder has them already, one resumed
         # into a new folder (resume=<another run's last.pt>) does not.
         fresh = not any(self.run_dir.glob("events.out.tfevents.*"))
-        self.writer = SummaryWriter(log_dir=str(self.run_dir), purge_step=purge_step)
-        if fresh:
-            hp = {k: v for k, v in flatten(config).items() if not k.startswith("hydra")}
-            experiment, session_start, _ = hparams(hp, {tag: 0.0 for tag in final_tags})  # its end: end_session
-            for summary in (experiment, session_start):
-                self.writer.file_writer.add_summary(summary)
+        with self.writing_events():
+            self.writer = SummaryWriter(log_dir=str(self.run_dir), purge_step=purge_step)
+            if fresh:
+                hp = {k: v for k, v in flatten(config).items() if not k.startswith("hydra")}
+                experiment, session_start, _ = hparams(hp, {tag: 0.0 for tag in final_tags})  # its end: end_session
+                for summary in (experiment, session_start):
+                    self.writer.file_writer.add_summary(summary)
+
+    @contextmanager
+    def writing_events(self) -> Iterator[None]:
+        """TensorBoard's writes, a failed one a WriteError (its writer thread's OSError comes back wrapped, or at a
+        later call)."""
+        try:
+            yield
+        except Exception as err:
+            cause = os_error_in(err)
+            if cause is None:
+                raise
+            raise write_error(Path(cause.filename or self.run_dir), cause,
+                              kept="; the run's checkpoints are intact") from err
 
     def scalars(self, values: dict[str, float], step: int) -> None:
-        for tag, value in values.items():
-            self.writer.add_scalar(tag, value, step)
+        with self.writing_events():
+            for tag, value in values.items():
+                self.writer.add_scalar(tag, value, step)
 
     def epoch(self, record: dict[str, Any]) -> None:
         append_line(self.run_dir / "metrics.jsonl", json.dumps(record))
@@ -86,23 +104,36 @@ class RunLogger:
         end = HParamsPluginData(session_end_info=SessionEndInfo(status=Status.Value(status)),
                                 version=metadata.PLUGIN_DATA_VERSION)
         plugin = SummaryMetadata.PluginData(plugin_name=metadata.PLUGIN_NAME, content=end.SerializeToString())
-        self.writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=metadata.SESSION_END_INFO_TAG,
-                                                                         metadata=SummaryMetadata(plugin_data=plugin))]))
-        self.writer.flush()
+        with self.writing_events():
+            self.writer.file_writer.add_summary(Summary(value=[Summary.Value(
+                tag=metadata.SESSION_END_INFO_TAG, metadata=SummaryMetadata(plugin_data=plugin))]))
+            self.writer.flush()
 
     def close(self) -> None:
-        self.writer.close()
+        with self.writing_events():
+            self.writer.close()
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file; a last line cut short by a crash mid-write is skipped."""
-    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+    """The records of a JSON-lines file, each a JSON object; a last line cut short by a crash mid-write (of a file
+    from before vdrnn replaced it whole) is skipped, and any other damage is a RecordError naming the line."""
+    try:
+        lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as err:
+        raise RecordError(f"{path} cannot be read as text ({err}); restore it, or move it aside (the run's "
+                          f"per-epoch history then starts over)") from None
     records = []
     for number, line in enumerate(lines, 1):
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             if number < len(lines):  # only the last line can be a torn write; anything else is damage
-                raise
+                raise RecordError(f"{path}, line {number}, is not JSON ({line[:60]!r}): it was damaged; restore the "
+                                  f"file, or delete that line, then run the same command again") from None
             log.warning("%s: skipping its last line, cut short (%r)", path, line[:80])
+            continue
+        if not (isinstance(record, dict) and isinstance(record.get("epoch"), int)):
+            raise RecordError(f"{path}, line {number}, is no epoch's record ({line[:60]!r}): it was damaged; restore "
+                              f"the file, or delete that line, then run the same command again")
+        records.append(record)
     return records

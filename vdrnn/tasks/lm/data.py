@@ -7,13 +7,14 @@ from one minibatch to the next, so column b is read as one long text.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 from vdrnn.errors import DataError
+from vdrnn.tasks.base import read_dataset
+from vdrnn.tasks.lm.datasets import Corpus
 
 
 @dataclass
@@ -29,7 +30,7 @@ class TokenStreams:
 def load_streams(cfg, module: str) -> TokenStreams:
     """The corpus that ``module`` (``read(data) -> Corpus``) reads for ``cfg.data``, as streams, checked to be long
     enough for the batch sizes."""
-    corpus = importlib.import_module(module).read(cfg.data)
+    corpus = read_dataset(module, cfg.data, Corpus)
     streams = TokenStreams(corpus.vocab, *(torch.tensor(ids, dtype=torch.long)
                                            for ids in (corpus.train, corpus.valid, corpus.test)))
     d = cfg.data

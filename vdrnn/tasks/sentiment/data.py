@@ -19,7 +19,6 @@ The vocabulary comes from the training reviews only (Gal's script fits it on all
 
 from __future__ import annotations
 
-import importlib
 import logging
 import random
 import time
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from vdrnn.errors import ConfigError
+from vdrnn.tasks.base import read_dataset
 from vdrnn.tasks.sentiment.datasets import CLASSIFICATION, Review, Reviews
 from vdrnn.tasks.sentiment.text import build_vocab, chunks, pad, to_ids, tokenize
 
@@ -67,11 +67,16 @@ def load_data(cfg, module: str) -> SentimentData:
 
 
 def _load(d, module: str) -> SentimentData:
-    reviews: Reviews = importlib.import_module(module).read(d)
+    reviews = read_dataset(module, d, Reviews)
     train, test = _train_and_test(reviews, d)
     parts, words, vocab = _parts(train, test, d)
     sequences = {name: _sequences(items, to_ids(words[name], vocab), d.max_length, reviews.chunked)
                  for name, items in parts.items()}
+    empty = [name for name in ("train", "test") if not sequences[name][0]]
+    if empty:
+        raise ConfigError(f"no {' and no '.join(empty)} reviews are left of {d.name} under data.limit={d.limit}, "
+                          f"data.valid_fraction={d.valid_fraction} and data.test_fraction={d.test_fraction}: "
+                          f"hold fewer out, or raise data.limit")
     if reviews.kind == CLASSIFICATION:
         def split(name: str) -> Split:
             pieces, labels = sequences[name]
