@@ -54,14 +54,53 @@ def load(path: str | Path) -> dict[str, Any]:
         ) from err
     if not isinstance(payload, dict) or "model" not in payload or "config" not in payload:
         raise CheckpointError(f"checkpoint {path} is not a vdrnn checkpoint (no model state or config in it)")
+    problem = entry_problem(payload)
+    if problem:
+        raise CheckpointError(f"checkpoint {path} is damaged or not vdrnn's: {problem}. Use the run's other checkpoint "
+                              f"(its best.pt or last.pt), or one that vdrnn wrote")
     return payload
+
+
+# The entries of a checkpoint and their types, checked as it loads: one made by hand or by another program is refused
+# there, in a line, rather than failing where an entry is used. The first four are in every checkpoint; the others in
+# those that continue training (last.pt), some only under some settings.
+REQUIRED = ("model", "config", "vocab", "epoch")
+ENTRIES: dict[str, tuple[type, ...]] = {
+    "model": (dict,), "config": (dict,), "vocab": (list,), "epoch": (int,), "step": (int,),
+    "best_valid": (int, float), "train_seconds": (int, float), "run_seconds": (int, float), "start_epoch": (int,),
+    "optimizer": (dict,), "scaler": (dict,), "rng": (dict,), "weight_average": (dict,), "averaging": (bool,),
+    "resumable": (bool,), "epoch_in_progress": (dict,), "valid_history": (list,), "stopped": (bool,),
+}
+# The config's sections: a mapping each, where present.
+CONFIG_SECTIONS = ("data", "model", "cell", "dropout", "trainer", "eval")
+
+
+def entry_problem(payload: dict[str, Any]) -> str | None:
+    """What makes ``payload`` no vdrnn checkpoint (an entry missing or of another type), or None."""
+    for key in REQUIRED:
+        if key not in payload:
+            return f"it has no {key!r} entry"
+    for key, types in ENTRIES.items():
+        value = payload.get(key)
+        if key in payload and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+            return f"its {key!r} entry is a {type(value).__name__}, not a {' or '.join(t.__name__ for t in types)}"
+    if not all(isinstance(name, str) for name in payload["vocab"]):
+        return "its vocabulary holds entries that are not words"
+    if not all(is_number(score) for score in payload.get("valid_history", [])):
+        return "its validation history holds entries that are not numbers"
+    if not all(isinstance(name, str) and isinstance(value, torch.Tensor) for name, value in payload["model"].items()):
+        return "its model state holds entries that are not named tensors"
+    for name in CONFIG_SECTIONS:
+        if not isinstance(payload["config"].get(name, {}), dict):
+            return f"the {name} section of its config is not a mapping"
+    return None
 
 
 def load_model_state(model: torch.nn.Module, payload: dict[str, Any], path: str | Path, fix: str) -> None:
     """Load the checkpoint's weights into ``model``, or say which model the checkpoint holds and ``fix``."""
     try:
         model.load_state_dict(payload["model"])
-    except RuntimeError as err:
+    except (RuntimeError, TypeError, ValueError) as err:
         # torch's first line only names the model class; the next ones say which weight differs, and how.
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]
         raise CheckpointError(
@@ -82,3 +121,7 @@ def check_vocab(payload: dict[str, Any], vocab: list[str], path: str | Path, fix
     if payload["vocab"] != vocab:
         raise CheckpointError(f"checkpoint {path} was trained on another vocabulary than the data found now (other "
                               f"files, other data.* settings, or a vdrnn version that reads the data differently); {fix}")
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

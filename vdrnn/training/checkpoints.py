@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from vdrnn.errors import CheckpointError
 from vdrnn.training import checkpoint
 from vdrnn.training.device import rng_state
 from vdrnn.training.loop import EpochSums
@@ -70,13 +71,20 @@ class Checkpoints:
                  sums.batches, steps_per_epoch, self.folder.last)
 
     def restore(self, path: Path, payload: dict[str, Any], changes: str,
-                load_task_state: Callable[[dict[str, Any]], None]) -> Progress:
+                load_task_state: Callable[[dict[str, Any]], None],
+                position_problem: Callable[[Any], str | None]) -> Progress:
         """Put the checkpoint ``path`` (read: ``payload``, under the settings ``changes`` lists) back, the
-        task's state through ``load_task_state``, and keep the paused epoch it holds for :meth:`epoch_start`;
-        the run's progress."""
+        task's state through ``load_task_state``, and keep the paused epoch it holds for :meth:`epoch_start`,
+        checked to be one this run can go on with (``position_problem``: what is wrong with the task's place in its
+        data); the run's progress."""
         progress = Progress(**restore_state(payload, path, self.model, self.optimization, self.device,
                                             self.vocab, load_task_state))
         self.in_progress = payload.get("epoch_in_progress")
+        problem = self.in_progress and paused_problem(self.in_progress, progress, position_problem)
+        if problem:
+            raise CheckpointError(f"cannot resume {path}: its paused epoch (epoch_in_progress) {problem}. It was "
+                                  f"damaged or not written by vdrnn: pass resume=<the run's own last.pt>, or start a "
+                                  f"fresh run in a new output dir")
         where = (f"in epoch {self.in_progress['epoch']} after batch {self.in_progress['sums']['batches']}"
                  if self.in_progress else f"after epoch {progress.epoch}")
         log.info("resumed from %s %s (step %d)%s", path, where, progress.step,
@@ -98,3 +106,20 @@ class Checkpoints:
         kept = ("its last epoch's weights (trainer.select=last)" if select == "last" else
                 f"the weights that validated to {selector} {progress.best_valid:.4g}")
         self.folder.load_best(self.model, kept if progress.epoch > 0 else None)
+
+
+# A paused epoch's sums (EpochSums.state): the open window's loss, a tensor, and numbers.
+SUMS = ("window_weight", "window_words", "window_steps", "loss", "weight", "words", "batches", "seconds")
+
+
+def paused_problem(paused: Any, progress: Progress, position_problem: Callable[[Any], str | None]) -> str | None:
+    """What keeps a run at ``progress`` from going on with the paused epoch ``paused`` (a checkpoint's
+    epoch_in_progress), or None: it must be the epoch after the last finished one, with its sums and the task's place
+    in its data (``position_problem`` says what is wrong with that)."""
+    if not isinstance(paused, dict) or paused.get("epoch") != progress.epoch + 1:
+        return f"is not epoch {progress.epoch + 1}, the one after the last finished epoch"
+    sums = paused.get("sums")
+    if not (isinstance(sums, dict) and isinstance(sums.get("window_loss"), torch.Tensor)
+            and sums["window_loss"].numel() == 1 and all(checkpoint.is_number(sums.get(key)) for key in SUMS)):
+        return "holds no loss sums of an epoch"
+    return position_problem(paused.get("data"))

@@ -1,13 +1,17 @@
-"""The device a run trains or evaluates on, its random state, and mixed precision."""
+"""The device a run trains or evaluates on, its random state, mixed precision, and whether a model fits it."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from vdrnn.errors import ConfigError
+
+if TYPE_CHECKING:
+    from vdrnn.tasks.base import Task
 
 log = logging.getLogger("vdrnn")
 
@@ -66,3 +70,28 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     torch.set_rng_state(state["cpu"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def built_model(task: Task, cfg, data, device: torch.device) -> torch.nn.Module:
+    """``task``'s model of ``cfg`` on ``device``; refused in a line where its weights alone exceed the device's
+    memory, which the allocator's own error would not tie to a setting. Its size is measured on the meta device,
+    which allocates nothing."""
+    with torch.device("meta"):
+        shape = task.build_model(cfg, data, torch.device("meta"))
+    count = sum(p.numel() for p in shape.parameters())
+    weights = sum(p.numel() * p.element_size() for p in shape.parameters())
+    memory = device_memory(device)
+    if weights > memory:
+        m = cfg.model
+        raise ConfigError(f"model.hidden_size={m.hidden_size} and model.num_layers={m.num_layers} make a model of "
+                          f"{count:,} parameters, whose weights alone need {weights / 2**30:,.1f} GB, more than the "
+                          f"{memory / 2**30:,.1f} GB of {device_name(device)}'s memory: use a smaller model "
+                          f"(model.hidden_size, model.num_layers, model.embedding_size)")
+    return task.build_model(cfg, data, device)
+
+
+def device_memory(device: torch.device) -> int:
+    """Bytes of memory ``device`` has: the GPU's, or the machine's."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

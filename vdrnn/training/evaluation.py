@@ -10,8 +10,9 @@ import torch
 from tqdm import tqdm
 
 import vdrnn.nn as vnn
+from vdrnn.errors import CheckpointError
 from vdrnn.training import checkpoint
-from vdrnn.training.device import device_name, prepare_device
+from vdrnn.training.device import built_model, device_name, prepare_device
 from vdrnn.training.optim import WeightAverage, has_average
 
 if TYPE_CHECKING:
@@ -28,17 +29,22 @@ def load_evaluation_weights(model: torch.nn.Module, payload: dict[str, Any], pat
     checkpoint.load_model_state(model, payload, path, "it was saved by another vdrnn version, whose model this "
                                 "one no longer builds from its config")
     params = list(model.parameters())
-    if "weight_average" in payload:
-        average = WeightAverage(params, payload["config"]["trainer"]["ema"])
-        average.load_state_dict(payload["weight_average"])
-        values = dict(enumerate(average.averages()))
-    elif payload.get("averaging"):  # the optimizer state is keyed by the parameters' order
-        values = {i: s["ax"] for i, s in payload["optimizer"]["state"].items() if has_average(s)}
-    else:
-        return
-    with torch.no_grad():
-        for i, value in values.items():
-            params[i].copy_(value)
+    try:
+        if "weight_average" in payload:
+            average = WeightAverage(params, payload["config"]["trainer"]["ema"])
+            average.load_state_dict(payload["weight_average"])
+            values = dict(enumerate(average.averages()))
+        elif payload.get("averaging"):  # the optimizer state is keyed by the parameters' order
+            values = {i: s["ax"] for i, s in payload["optimizer"]["state"].items() if has_average(s)}
+        else:
+            return
+        with torch.no_grad():
+            for i, value in values.items():
+                params[i].copy_(value)
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as err:
+        raise CheckpointError(f"checkpoint {path} holds no weight average of this model ({type(err).__name__}: "
+                              f"{(str(err).splitlines() or [''])[0][:200]}); it is damaged or not vdrnn's: use the "
+                              f"run's other checkpoint") from err
 
 
 def evaluate_checkpoint(task: Task, cfg, path: Path, payload: dict[str, Any]) -> dict[str, Any]:
@@ -49,7 +55,7 @@ def evaluate_checkpoint(task: Task, cfg, path: Path, payload: dict[str, Any]) ->
     torch.manual_seed(cfg.seed)
     data = task.load_data(cfg)
     checkpoint.check_vocab(payload, data.vocab, path, "evaluate it on the data it was trained on (data.root)")
-    model = task.build_model(cfg, data, device)
+    model = built_model(task, cfg, data, device)
     load_evaluation_weights(model, payload, path)
     return {**task.evaluate_model(model, data, cfg), "checkpoint": str(path), "epoch": payload["epoch"],
             "device": device_name(device)}

@@ -200,8 +200,10 @@ def restore_state(payload: dict[str, Any], path: Path, model: torch.nn.Module, o
         # start_epoch (before it was kept: a fresh start).
         older = {"run_seconds": payload["train_seconds"], "start_epoch": 0}
         return {key: payload.get(key, older[key]) if key in older else payload[key] for key in PROGRESS}
-    except (KeyError, ValueError, RuntimeError) as err:  # an entry missing, or shaped for another optimizer
-        what = f"it has no {err.args[0]!r} entry" if isinstance(err, KeyError) else str(err).splitlines()[0][:200]
+    # An entry missing, shaped for another optimizer, or of other types than a run of this vdrnn saves.
+    except (KeyError, ValueError, RuntimeError, TypeError, AttributeError, IndexError) as err:
+        what = f"it has no {err.args[0]!r} entry" if isinstance(err, KeyError) else \
+            (str(err).splitlines() or [type(err).__name__])[0][:200]
         raise CheckpointError(
             f"cannot resume {path}: {what}. It does not hold the training state this run continues from (it was "
             f"saved by another vdrnn version or under other settings). Pass resume=<the run's own last.pt>, or "

@@ -32,7 +32,7 @@ from tqdm import tqdm
 from vdrnn.config import option_defaults
 from vdrnn.errors import TrainingDiverged
 from vdrnn.training.checkpoints import Checkpoints
-from vdrnn.training.device import prepare_device
+from vdrnn.training.device import built_model, prepare_device
 from vdrnn.training.loop import (
     END_EPOCH,
     GO_ON,
@@ -129,7 +129,7 @@ class EpochTrainer:
     def restore(self, path: Path, read: tuple[dict[str, Any], str] | None = None) -> None:
         """Continue from the checkpoint ``path`` (``read``: what read_resume returned for it, else read now)."""
         payload, changes = self.read_resume(path) if read is None else read
-        self.progress = self.checkpoints.restore(path, payload, changes, self.load_extra_state)
+        self.progress = self.checkpoints.restore(path, payload, changes, self.load_extra_state, self.position_problem)
 
     # ----------------------------------------------------------------------------- task hooks
     def steps_per_epoch(self) -> int:
@@ -143,6 +143,11 @@ class EpochTrainer:
 
     def epoch_position(self) -> dict[str, Any]:
         """Where the epoch in progress is (tensors and Python values): what :meth:`train_epoch` goes on from."""
+        raise NotImplementedError
+
+    def position_problem(self, position: Any) -> str | None:
+        """What keeps :meth:`train_epoch` from going on from ``position`` (a checkpoint's, of a paused epoch), or
+        None."""
         raise NotImplementedError
 
     def validate(self) -> dict[str, float]:
@@ -163,7 +168,7 @@ class EpochTrainer:
         raise NotImplementedError
 
     def build_model(self) -> torch.nn.Module:
-        return self.task.build_model(self.cfg, self.data, self.device)
+        return built_model(self.task, self.cfg, self.data, self.device)
 
     def describe_model(self) -> str:
         m = self.cfg.model

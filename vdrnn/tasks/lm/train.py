@@ -181,6 +181,15 @@ class LanguageModelTrainer(EpochTrainer):
     def epoch_position(self) -> dict[str, Any]:
         return {"row": self.next_row, "state": map_tensors(lambda t: t.detach().clone(), self.carried)}
 
+    def position_problem(self, position: Any) -> str | None:
+        rows = len(self.data.train) // self.cfg.data.batch_size  # batchify's, before setup has batchified
+        if not (isinstance(position, dict) and isinstance(position.get("row"), int)
+                and 0 <= position["row"] < rows):
+            return f"holds no row of the training data (0 to {rows - 1}) to go on from"
+        if not same_shapes(position.get("state"), self.model.initial_state(self.cfg.data.batch_size, "cpu")):
+            return "holds no hidden state of this model to carry on"
+        return None
+
     def loss_scalars(self, mean_loss: float) -> dict[str, float]:
         return {"train/ppl": exp_or_inf(mean_loss)}
 
@@ -231,3 +240,11 @@ class LanguageModelTrainer(EpochTrainer):
                  f", MC test ppl {metrics['test_ppl_mc']:.2f}{ece['_mc']} ({self.cfg.eval.samples} samples)"
                  if "test_ppl_mc" in metrics else "")
         return metrics
+
+
+def same_shapes(state: Any, like: Any) -> bool:
+    """Is ``state`` a recurrent state (tensors in nested tuples and lists) of the shapes of ``like``?"""
+    if isinstance(like, torch.Tensor):
+        return isinstance(state, torch.Tensor) and state.shape == like.shape
+    return isinstance(state, (tuple, list)) and len(state) == len(like) and \
+        all(same_shapes(s, t) for s, t in zip(state, like, strict=True))

@@ -120,6 +120,16 @@ class SentimentTrainer(EpochTrainer):
     def epoch_position(self) -> dict[str, Any]:
         return {"order": self.order, "next": self.next_review}
 
+    def position_problem(self, position: Any) -> str | None:
+        reviews = len(self.data.train)
+        order = position.get("order") if isinstance(position, dict) else None
+        if not (isinstance(order, torch.Tensor) and order.dtype == torch.int64 and
+                torch.equal(order.sort().values, torch.arange(reviews))):
+            return f"holds no order of the {reviews} training reviews"
+        if not (isinstance(position.get("next"), int) and 0 <= position["next"] <= reviews):
+            return "holds no place among the training reviews to go on from"
+        return None
+
     def validate(self) -> dict[str, float]:
         # Empty without validation reviews (data.valid_fraction=0, trainer.select=last): the test curve alone.
         valid = evaluate_split(self.model, self.data.valid, self.data, self.cfg, mc=False)
