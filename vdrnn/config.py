@@ -12,6 +12,7 @@ from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from vdrnn.cells import IMPLS
 from vdrnn.dropout.config import SCHEMES, DropoutConfig, in_table_order
@@ -260,11 +261,47 @@ def run_settings(raw: dict[str, Any]) -> tuple[int, str]:
                           f"group is chosen without a `+`, e.g. dataset=imdb)")
     seed, device = raw.get("seed", 1), raw.get("device", "auto")
     check_type(seed, "int", "seed")
+    check_seed(seed, "seed")
     check_type(device, "str", "device")
     for key in ("resume", "checkpoint", "init_from"):  # paths
         check_type(raw.get(key), "str | None", key)
     check_objective(raw.get("objective"))
+    problem = paper_problem(raw.get("paper"))
+    if problem:
+        raise ConfigError(f"paper={raw.get('paper')!r}: {problem}; it is set by experiment presets (the row of the "
+                          f"paper a run reproduces, and its numbers), so drop it, or give it as a preset gives it")
     return seed, device
+
+
+# The seeds torch's generators take.
+SEEDS = (-(2**63), 2**64 - 1)
+
+
+def check_seed(seed: int, key: str) -> None:
+    if not SEEDS[0] <= seed <= SEEDS[1]:
+        raise ConfigError(f"{key}={seed} is outside the seeds torch takes ({SEEDS[0]} to {SEEDS[1]}): use a smaller "
+                          f"one, e.g. {key}=1")
+
+
+# A preset's paper entry: the paper's row and model size, as `vdrnn report` names its rows, and its numbers.
+PAPER_WORDS = ("row", "size")
+PAPER_NUMBERS = ("valid", "test", "test_mc")
+
+
+def paper_problem(paper: Any) -> str | None:
+    """What is wrong with a run's ``paper`` entry (null, or a mapping as the experiment presets give it), or None."""
+    if paper is None:
+        return None
+    if not isinstance(paper, dict):
+        return f"a {type(paper).__name__}, where a mapping with {', '.join(PAPER_WORDS)} and the paper's numbers goes"
+    for key in PAPER_WORDS:
+        if not isinstance(paper.get(key), str):
+            return f"paper.{key} must be a string"
+    for key in PAPER_NUMBERS:
+        value = paper.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"paper.{key} must be a number or null"
+    return None
 
 
 def check_objective(objective: Any) -> None:
@@ -277,8 +314,15 @@ def check_objective(objective: Any) -> None:
 
 
 def to_container(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config as plain Python containers (what checkpoints and logs store)."""
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    """The resolved config as plain Python containers (what checkpoints and logs store); a ConfigError naming the key
+    whose interpolation cannot be resolved (``seed=${nope}``, ``data.root=${oc.env:UNSET}``)."""
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except OmegaConfBaseException as err:
+        what = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ConfigError(f"{getattr(err, 'full_key', None) or 'a key'} cannot be resolved ({what}): give it a value, "
+                          f"or interpolate a key the config has (${{trainer.lr}}) or a set environment variable "
+                          f"(${{oc.env:NAME,default}})") from None
 
 
 def model_from(raw: dict[str, Any], cls: type = ModelConfig):

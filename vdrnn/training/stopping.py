@@ -1,11 +1,11 @@
 """Stopping a run on a signal without losing more than the step in progress.
 
 Schedulers stop jobs with signals: SIGTERM on preemption or cancellation, a user signal some time before the time
-limit (SLURM's ``--signal``, SIGUSR2 under submitit), and Ctrl-C is SIGINT. While the run trains, a signal only
-raises a flag: the step in progress finishes, the trainer writes a mid-epoch checkpoint of everything the rest of the
-epoch depends on (weights, optimizer, random states, the data position, the carried hidden state, the loss sums),
-and the run stops with status 128 + the signal's number. The same command then continues from that step, and ends
-with the numbers an uninterrupted run gives.
+limit (SLURM's ``--signal``, SIGUSR2 under submitit), Ctrl-C is SIGINT, and closing the terminal sends SIGHUP.
+While the run trains, a signal only raises a flag: the step in progress finishes, the trainer writes a mid-epoch
+checkpoint of everything the rest of the epoch depends on (weights, optimizer, random states, the data position, the
+carried hidden state, the loss sums), and the run stops with status 128 + the signal's number. The same command
+then continues from that step, and ends with the numbers an uninterrupted run gives.
 
 A handler someone installed before the run (submitit's, which requeues the job on its signal and lets SIGTERM pass)
 is honoured: once the checkpoint is written it is called in place of stopping, and if it returns the run goes on.
@@ -27,7 +27,7 @@ from vdrnn.errors import RunStopped
 
 log = logging.getLogger("vdrnn")
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def signal_name(signum: int) -> str:

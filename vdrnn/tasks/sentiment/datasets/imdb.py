@@ -14,6 +14,7 @@ import gzip
 import json
 import logging
 import os
+import zlib
 from pathlib import Path
 
 from vdrnn.errors import DataError
@@ -65,9 +66,12 @@ def _read_folder(folder: Path, origin: str) -> dict[str, list[Review]]:
         try:
             with gzip.open(path, "rt", encoding="utf-8") as f:
                 splits[split] = [review_of(line, path, number) for number, line in enumerate(f, 1)]
-        except (OSError, EOFError, UnicodeDecodeError) as err:  # EOFError: a truncated .gz
+        # EOFError: a truncated .gz; zlib.error: damaged compressed data
+        except (OSError, EOFError, UnicodeDecodeError, zlib.error) as err:
             raise DataError(f"{path} is not a whole gzipped UTF-8 JSON Lines file ({type(err).__name__}: {err}); "
                             f"copy it again") from err
+        if not splits[split]:
+            raise DataError(f"{path} holds no reviews: it is empty or cut short; copy it again")
     return splits
 
 
