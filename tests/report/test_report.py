@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers import TINY, run_in_process
 from vdrnn import report
+from vdrnn.errors import RecordError, VdrnnError
 from vdrnn.report.found import find_runs
 from vdrnn.report.lm import collect_ptb, plot_ptb
 from vdrnn.report.plots import reliability_panel, save_curves
@@ -275,7 +276,7 @@ def test_failed_runs_are_counted_in_their_row_and_their_reasons_listed_and_unfin
 
 def test_folders_of_only_unfinished_runs_say_so_and_how_to_resume(tmp_path):
     unfinished_run(tmp_path / "runs" / "s1")
-    with pytest.raises(SystemExit, match="only unfinished ones") as exit_:
+    with pytest.raises(VdrnnError, match="only unfinished ones") as exit_:
         report.write_report([tmp_path / "runs"], tmp_path / "out")
     assert str(tmp_path / "runs" / "s1") in str(exit_.value) and "hydra.run.dir=<run>" in str(exit_.value)
 
@@ -284,7 +285,7 @@ def test_a_corrupt_metrics_json_is_an_error_that_names_it(tmp_path):
     fake_ptb_run(tmp_path / "runs" / "s1", 1, [])
     path = tmp_path / "runs" / "s1" / "metrics.json"
     path.write_text(path.read_text()[:40])  # cut short
-    with pytest.raises(SystemExit, match="not valid JSON") as exit_:
+    with pytest.raises(RecordError, match="not valid JSON") as exit_:
         report.write_report([tmp_path / "runs"], tmp_path / "out")
     assert str(path) in str(exit_.value)
 
@@ -503,8 +504,8 @@ def test_runs_that_finished_no_epoch_are_named_in_a_warning_and_evaluations_are_
     [no_epoch] = [line for line in capsys.readouterr().err.splitlines() if "runs that finished no epoch" in line]
     assert str(runs / "refused") in no_epoch and str(runs / "evaluated") not in no_epoch
     (runs / "s1" / "metrics.json").unlink()
-    with pytest.raises(SystemExit, match=r"no metrics.json or eval.json under .*runs that finished no epoch: "
-                                         r".*refused"):
+    with pytest.raises(VdrnnError, match=r"no metrics.json or eval.json under .*runs that finished no epoch: "
+                                          r".*refused"):
         report.write_report([runs], tmp_path / "out")
 
 

@@ -27,11 +27,13 @@ scored, named as above, the checkpoint and epoch, the mode (weight scaling, or M
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from vdrnn.config import key_among
-from vdrnn.errors import VdrnnError
+from vdrnn.errors import ConfigError, VdrnnError
+from vdrnn.files import make_folder
 from vdrnn.report import lm, sentiment
 from vdrnn.report.evaluations import find_evaluations
 from vdrnn.report.found import check_found, find_runs, warn_of_failed
@@ -52,12 +54,12 @@ def check_poolable(pooled: tuple[str, ...]) -> None:
     splits them (the seed)."""
     for name in pooled:
         if key_among(name, NAMING_SETTINGS) or any(key_among(key, (name,)) for key in NAMING_SETTINGS):
-            raise SystemExit(f"error: --pool {name}: the scheme, dropout probabilities, cell and size name a row "
-                             f"({', '.join(NAMING_SETTINGS)}), so runs apart there are never one row; pool another "
-                             f"setting, e.g. --pool trainer.epochs")
+            raise ConfigError(f"--pool {name}: the scheme, dropout probabilities, cell and size name a row "
+                              f"({', '.join(NAMING_SETTINGS)}), so runs apart there are never one row; pool another "
+                              f"setting, e.g. --pool trainer.epochs")
         if key_among(name, NOT_SETTINGS):
-            raise SystemExit(f"error: --pool {name}: runs that differ only there are one row already "
-                             f"({', '.join(NOT_SETTINGS)} never set runs apart)")
+            raise ConfigError(f"--pool {name}: runs that differ only there are one row already "
+                              f"({', '.join(NOT_SETTINGS)} never set runs apart)")
 
 
 def check_pooled_keys_exist(folders: list[Path], rows: list[Row], pooled: tuple[str, ...]) -> None:
@@ -65,8 +67,8 @@ def check_pooled_keys_exist(folders: list[Path], rows: list[Row], pooled: tuple[
     known = {key for row in rows for run in row.runs for key in run_settings(run.get("config") or {})}
     unknown = [name for name in pooled if not any(key_among(key, (name,)) for key in known)]
     if unknown:
-        raise SystemExit(f"error: --pool {', '.join(unknown)}: no run under {', '.join(map(str, folders))} has that "
-                         f"setting; pool a dotted config key that differs between runs, e.g. --pool trainer.epochs")
+        raise ConfigError(f"--pool {', '.join(unknown)}: no run under {', '.join(map(str, folders))} has that "
+                          f"setting; pool a dotted config key that differs between runs, e.g. --pool trainer.epochs")
 
 
 def of_task(found: list[tuple[Path, dict[str, Any]]], task: Task) -> list[tuple[Path, dict[str, Any]]]:
@@ -83,7 +85,7 @@ def write_report(folders: list[Path], out: Path, pooled: tuple[str, ...] = ()) -
     warn_of_failed(runs)
     check_pooled_keys_exist(folders, [row for groups in collected.values() for rows in groups.values()
                                       for row in rows], pooled)
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     texts, written = [], []
     for task, rows in collected.items():
         task_texts, task_files = TASK_TABLES[task.name].write(rows, out)
@@ -115,7 +117,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--out {out} is a file; give a folder for the tables and plots (it is made if missing)")
     try:
         text, written = write_report(args.folders, out, tuple(args.pool))
-    except VdrnnError as err:  # a run whose config names no task vdrnn has
-        raise SystemExit(f"error: {err}") from None
+    except VdrnnError as err:  # a damaged record, no run to report, a bad --pool, an --out it cannot write
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(err.exit_status) from None
     print(text, end="")
     print(f"\nwrote {', '.join(map(str, written))}")

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vdrnn.config import paper_problem
+from vdrnn.errors import RecordError, VdrnnError
 from vdrnn.tasks import dataset_name
 
 
@@ -46,13 +48,88 @@ def find_runs(folders: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
 
 
 def read_metrics(path: Path) -> dict[str, Any]:
-    """A run's metrics.json; one that is not JSON stops the report, naming it (it is written atomically, so
-    that is damage from outside, and which run to look at is what the reader needs)."""
+    """A run's metrics.json (or an evaluation's eval.json); one that is not a record vdrnn writes stops the report,
+    naming it (vdrnn writes them atomically, so that is damage from outside, and which run to look at is what the
+    reader needs). Only a plain file is read: a FIFO of that name would wait for a writer forever."""
+    fix = "restore it, or move its run out of the folders reported"
+    if not path.is_file():
+        raise RecordError(f"{path} is not a file (a folder, a FIFO or a device where vdrnn writes a run's record): "
+                          f"move it out of the folders reported")
     try:
-        return json.loads(path.read_text())
+        metrics = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise RecordError(f"{path} is not UTF-8 text (byte {err.start}); {fix}") from None
     except json.JSONDecodeError as err:
-        raise SystemExit(f"error: {path} is not valid JSON ({err}); restore it or move its run out of the "
-                         f"folders reported") from err
+        raise RecordError(f"{path} is not valid JSON ({err}); {fix}") from None
+    except OSError as err:
+        raise RecordError(f"{path} cannot be read ({err.strerror or err}); make it readable, or move its run out of "
+                          f"the folders reported") from None
+    problem = record_problem(metrics)
+    if problem:
+        raise RecordError(f"{path} is no record vdrnn wrote: {problem}; {fix}")
+    return metrics
+
+
+STATUSES = ("finished", "failed", "running", "stopped")
+# Entries the tables read, by what they must be (a number may also be null: not measured).
+NUMBER_ENTRIES = ("epochs", "steps", "start_epoch", "epoch", "wps", "train_seconds", "eval_seconds", "mc_seconds",
+                  "mc_samples", "cpu_threads")
+FLAG_ENTRIES = ("smoke", "time_limited")
+TEXT_ENTRIES = ("reason", "checkpoint", "device")
+RELIABILITY = ("test_reliability", "test_reliability_mc")
+CONFIG_SECTIONS = ("data", "model", "cell", "dropout", "trainer", "eval")
+# Config entries the tables read, with what they must be.
+CONFIG_NUMBERS = ("model.hidden_size", "eval.samples", *(f"dropout.{site}" for site in
+                                                           ("embedding", "input", "hidden", "recurrent", "cell",
+                                                            "candidate", "zoneout_cell", "zoneout_hidden", "output",
+                                                            "weight")))
+CONFIG_TEXTS = ("data.name", "data.task", "dropout.scheme", "cell.type", "cell.gates", "eval.mode")
+
+
+def is_number(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def record_problem(metrics: Any) -> str | None:
+    """What makes ``metrics`` no run record (metrics.json) or evaluation (eval.json) of vdrnn's, or None."""
+    if not isinstance(metrics, dict):
+        return f"it holds {json.dumps(metrics)[:40]}, not a JSON object"
+    if metrics.get("status", FINISHED) not in STATUSES:
+        return f"its status is {metrics.get('status')!r}, not one of {', '.join(STATUSES)}"
+    for key, value in metrics.items():
+        if key in RELIABILITY:
+            wrong = not (isinstance(value, dict) and all(isinstance(v, list) and all(map(is_number, v))
+                                                         for v in value.values()))
+        elif key.endswith("_ci"):
+            wrong = not (isinstance(value, list) and all(map(is_number, value)))
+        elif key in NUMBER_ENTRIES or key.startswith(("valid_", "test_", "best_valid_")):
+            wrong = not is_number(value)
+        elif key in FLAG_ENTRIES:
+            wrong = not isinstance(value, bool)
+        elif key in TEXT_ENTRIES:
+            wrong = not isinstance(value, str)
+        elif key == "noise":
+            wrong = not (isinstance(value, dict) and all(map(is_number, value.values())))
+        else:
+            continue
+        if wrong:
+            return f"its {key!r} entry is {json.dumps(value)[:40]}"
+    return config_problem(metrics.get("config", {})) or paper_problem(metrics.get("paper"))
+
+
+def config_problem(config: Any) -> str | None:
+    """What makes ``config`` no run config the tables can read, or None."""
+    if not isinstance(config, dict) or not all(isinstance(config.get(name, {}), dict) for name in CONFIG_SECTIONS):
+        return "its config is not a run's config (a mapping of data, model, dropout, ... settings)"
+    for keys, check, what in ((CONFIG_NUMBERS, is_number, "a number"),
+                              (CONFIG_TEXTS, lambda v: v is None or isinstance(v, str), "a string")):
+        for key in keys:
+            section, _, leaf = key.partition(".")
+            if not check(config.get(section, {}).get(leaf)):
+                return f"its config's {key} is not {what}"
+    if not is_number(config.get("seed")) or isinstance(config.get("seed"), float):
+        return "its config's seed is not an integer"
+    return paper_problem(config.get("paper"))
 
 
 def unfinished_runs(folders: list[Path]) -> list[Path]:
@@ -97,11 +174,11 @@ def check_found(folders: list[Path], found: bool) -> None:
     unfinished = ", ".join(map(str, unfinished_runs(folders)))
     where = ", ".join(map(str, folders))
     if not found and unfinished:
-        raise SystemExit(f"error: no finished run under {where}, only unfinished ones (running, or stopped to go "
-                         f"on later): {unfinished}; {RESUME_HINT}")
+        raise VdrnnError(f"no finished run under {where}, only unfinished ones (running, or stopped to go on later): "
+                         f"{unfinished}; {RESUME_HINT}")
     empty = ", ".join(map(str, runs_without_epochs(folders)))
     if not found:
-        raise SystemExit(f"error: no metrics.json or eval.json under {where}; point at run, sweep or evaluation dirs"
+        raise VdrnnError(f"no metrics.json or eval.json under {where}; point at run, sweep or evaluation dirs"
                          + (f" (runs that finished no epoch: {empty}; each one's vdrnn.log says why)" if empty else ""))
     if unfinished:
         print(f"warning: leaving out unfinished runs (running, or stopped to go on later): {unfinished}; "
