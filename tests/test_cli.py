@@ -407,3 +407,90 @@ def test_ctrl_c_in_eval_ends_it_with_a_line_and_no_eval_json(tmp_path, tiny_corp
         evaluate_in_process(monkeypatch, tmp_path / "eval", f"checkpoint={tiny_checkpoint}", f"data.root={tiny_corpus}")
     assert stopped.value.code == 130 and "interrupted; no eval.json was written" in caplog.text
     assert not (tmp_path / "eval" / "eval.json").exists()
+
+
+def test_eval_imports_no_reader_a_checkpoint_names(tmp_path, tiny_corpus, tiny_checkpoint, monkeypatch):
+    """A checkpoint's data.reader would choose code to import: a module beside an unpacked archive of runs, found
+    on the path, runs on import. eval reads the data with the command line's reader (the dataset's own here)."""
+    from vdrnn.training import checkpoint
+
+    (tmp_path / "planted_reader.py").write_text("import pathlib\npathlib.Path('imported').write_text('ran')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    payload = checkpoint.load(tiny_checkpoint)
+    payload["config"]["data"]["reader"] = "planted_reader"
+    checkpoint.save(payload, tmp_path / "best.pt")
+    evaluated = evaluate_in_process(monkeypatch, tmp_path / "eval", f"checkpoint={tmp_path / 'best.pt'}",
+                                    f"data.root={tiny_corpus}")
+    assert not (tmp_path / "imported").exists() and not (tmp_path / "eval" / "imported").exists()
+    assert evaluated["config"]["data"]["reader"] is None and evaluated["test_ppl"] > 1
+
+
+def test_train_refuses_the_checkpoint_eval_scores(tmp_path):
+    from tests.helpers import run_in_process
+
+    result = run_in_process("train", "checkpoint=runs/best.pt", cwd=tmp_path, check=False)
+    assert result.returncode == 2 and "checkpoint=runs/best.pt is what `vdrnn eval` scores" in result.stderr
+    assert "resume=PATH" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_crash_marks_the_run_failed_and_ends_in_a_line_with_status_1(tmp_path, tiny_corpus, monkeypatch):
+    """A bug (here a ZeroDivisionError in validation) is no input's fault: metrics.json says failed and why, the
+    traceback goes to vdrnn.log, and the terminal gets one line saying where it is."""
+    from tests.helpers import run_in_process
+    from vdrnn.report.found import failed_runs, find_runs
+    from vdrnn.tasks.lm.train import LanguageModelTrainer
+
+    monkeypatch.setattr(LanguageModelTrainer, "validate", lambda self: 1 / 0)
+    result = run_in_process("train", *TINY, f"data.root={tiny_corpus}", "hydra.run.dir=run", cwd=tmp_path,
+                            check=False)
+    run = tmp_path / "run"
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert line == (f"error: crashed with ZeroDivisionError: division by zero; the traceback is in {run / 'vdrnn.log'}: "
+                    f"please report it, with that file, to vdrnn's maintainers")
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["status"] == "failed" and metrics["reason"] == "crashed with ZeroDivisionError: division by zero"
+    assert "Traceback" in (run / "vdrnn.log").read_text() and session_ends(run) == ["STATUS_FAILURE"]
+    assert failed_runs(find_runs([run])) == [(run, metrics["reason"])]  # the report counts it as failed
+
+
+def test_eval_json_is_written_whole_or_not_at_all(tmp_path, tiny_corpus, tiny_checkpoint, monkeypatch):
+    """A disk that fills as eval.json is written ends the evaluation with status 4, leaving no empty file."""
+    import errno
+    import os
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(SystemExit) as stopped:
+        evaluate_in_process(monkeypatch, tmp_path / "eval", f"checkpoint={tiny_checkpoint}", f"data.root={tiny_corpus}")
+    assert stopped.value.code == 4 and not (tmp_path / "eval" / "eval.json").exists()
+    assert not list((tmp_path / "eval").glob(".*.tmp"))
+
+
+def test_a_refused_second_start_writes_nothing_into_the_live_runs_log(tmp_path, tiny_corpus):
+    from tests.helpers import run_in_process
+    from vdrnn.training.lock import RunLock
+
+    run = tmp_path / "run"
+    with RunLock(run):
+        (run / "vdrnn.log").write_text("the live run's line\n")
+        result = run_in_process("train", *TINY, f"data.root={tiny_corpus}", "hydra.run.dir=run", cwd=tmp_path,
+                                check=False)
+        assert result.returncode == 2 and "is in use by another run" in result.stderr
+        assert (run / "vdrnn.log").read_text() == "the live run's line\n"
+
+
+def test_a_ctrl_c_before_the_run_starts_ends_in_a_line_with_status_130(monkeypatch, capsys):
+    """While Python imports Hydra and torch, or Hydra composes the config: before the run's handlers exist."""
+    from vdrnn import __main__ as entry
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "main", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        entry.main()
+    assert stopped.value.code == 130
+    assert capsys.readouterr().err == "interrupted (Ctrl-C); no run had started, so there is nothing to continue\n"

@@ -9,7 +9,7 @@ from importlib import resources
 import pytest
 from omegaconf import OmegaConf
 
-from tests.helpers import composed
+from tests.helpers import TINY, composed
 from vdrnn import help as help_text
 from vdrnn.config import to_container
 from vdrnn.errors import ConfigError
@@ -472,3 +472,26 @@ def test_a_true_or_false_where_a_word_goes_is_refused_even_where_the_group_takes
     with pytest.raises(ConfigError, match=r'group.name=False must be a string \(YAML reads a bare off'):
         build(Named, {"name": False}, "group")
 
+
+
+@pytest.mark.parametrize("override,message", [
+    ("seed=${nope}", "seed cannot be resolved (Interpolation key 'nope' not found): give it a value"),
+    ("data.root=${oc.env:VDRNN_UNSET_VARIABLE}", "data.root cannot be resolved (KeyError raised while resolving "
+                                                 "interpolation: \"Environment variable 'VDRNN_UNSET_VARIABLE' not found\")"),
+    ("seed=99999999999999999999", "seed=99999999999999999999 is outside the seeds torch takes"),
+    ("data.reader=os", "data.reader=os is not a dataset reader: it has no read(data) function"),
+    ("paper=Table1", "paper='Table1': a str, where a mapping with row, size and the paper's numbers goes"),
+    ("checkpoint=run/best.pt", "checkpoint=run/best.pt is what `vdrnn eval` scores, and `vdrnn train` would ignore"),
+    ("model.hidden_size=100000000", "model.hidden_size=100000000 and model.num_layers=2 make a model of "),
+], ids=["unknown-key", "unset-variable", "huge-seed", "reader-of-no-dataset", "paper-string", "train-checkpoint",
+        "model-too-large"])
+def test_a_command_line_that_cannot_run_is_refused_in_one_line(tmp_path, tiny_corpus, override, message):
+    """Refused as the config is checked, or as the run starts (the reader imported, the model's size known), in a
+    VdrnnError: the CLI's one line with status 2, not a traceback."""
+    from tests.helpers import train
+    from vdrnn.cli import checked_config
+
+    with pytest.raises(ConfigError) as refused:
+        raw = checked_config([*TINY, f"data.root={tiny_corpus}", "trainer.max_steps=1", override])
+        train(raw, tmp_path / "run")
+    assert message in str(refused.value) and len(str(refused.value).splitlines()) == 1

@@ -1,7 +1,7 @@
 """Any command line is either run or refused with one of vdrnn's own errors (a line naming the problem and the fix),
 never a traceback: a property test over random overrides of every config group and key (values of every type,
-out-of-range numbers, words, null, deletions), each composed as `vdrnn train` composes it, checked, and run for one
-training step on tiny data."""
+out-of-range numbers, words, null, interpolations, deletions), each composed as `vdrnn train` composes it, checked,
+and run for one training step on tiny data."""
 
 from __future__ import annotations
 
@@ -37,7 +37,10 @@ KEYS = {key: value for dataset in DATASETS
 NUMBERS = ["-1", "0", "1", "2", "3", "0.3", "0.5", "0.99", "1.5", "nan", "inf", "-0.5"]
 WORDS = ["null", "true", "false", "auto", "off", "x", "''", "sgd", "adam", "ntasgd", "bf16", "mc", "last", "tied",
          "untied", "lstm", "gru", "sample", "gaussian", "h", "c", "mean", "keras", "l2", "stream", "lm", "sentiment",
-         "ptb", "imdb", "scale"]
+         "ptb", "imdb", "scale", "os", "json", "99999999999999999999", "100000000", "[1,2]", "{a: 1}"]
+# Interpolations, resolvable or not: another key's value, an environment variable's, Hydra's own resolvers.
+INTERPOLATIONS = ["${nope}", "${oc.env:VDRNN_UNSET_VARIABLE}", "${oc.env:VDRNN_UNSET_VARIABLE,3}", "${trainer.lr}",
+                  "${seed}", "${model.hidden_size}", "${oc.decode:'[1'}", "${now:%Y}"]
 
 
 def plausible(default: object) -> list[str]:
@@ -53,7 +56,7 @@ def plausible(default: object) -> list[str]:
 
 def override(key: str) -> st.SearchStrategy[str]:
     likely = st.sampled_from(plausible(KEYS[key]))
-    return st.one_of(likely, likely, st.sampled_from(NUMBERS + WORDS)).map(lambda v: f"{key}={v}") | \
+    return st.one_of(likely, likely, st.sampled_from(NUMBERS + WORDS + INTERPOLATIONS)).map(lambda v: f"{key}={v}") | \
         st.just(f"~{key}")
 
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import errno
 import math
+import re
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.helpers import TINY, composed, fit, trainer_for
 from vdrnn.config import ModelConfig, to_container
 from vdrnn.dropout.config import DropoutConfig
-from vdrnn.errors import CheckpointError, ConfigError, WriteError
+from vdrnn.errors import CheckpointError, ConfigError, VdrnnError, WriteError
 from vdrnn.tasks.lm.evaluate import exp_or_inf, mc_perplexity, perplexity
 from vdrnn.tasks.lm.model import LanguageModel
 from vdrnn.tasks.lm.train import LanguageModelTrainer
@@ -202,3 +205,104 @@ def test_a_resume_under_other_settings_is_refused_before_the_data_loads(tmp_path
     monkeypatch.setattr(LanguageModelling, "load_data", lambda self, cfg: pytest.fail("the data loaded before the check"))
     with pytest.raises(ConfigError, match=r"cannot resume .*model.hidden_size: 16 -> 32"):
         trainer(tmp_path, tiny_corpus, "trainer.epochs=2", "model.hidden_size=32")
+
+
+# Where a checkpoint is read: resuming a run, `vdrnn eval`, and starting a new run from its weights.
+def resume_from(path, tmp_path, corpus):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / checkpoint.LAST).write_bytes(path.read_bytes())
+    fit(trainer(tmp_path / "run", corpus, "trainer.epochs=2"))
+
+
+def evaluate(path, tmp_path, corpus):
+    from vdrnn.eval_settings import eval_run
+    from vdrnn.training.evaluation import evaluate_checkpoint
+
+    given = {"checkpoint", "data.root", "data.eval_max_tokens"}
+    raw = to_container(composed(f"checkpoint={path}", f"data.root={corpus}", "data.eval_max_tokens=40"))
+    task, cfg, _ = eval_run(raw, checkpoint.load(path)["config"], given, path)
+    evaluate_checkpoint(task, cfg, path, checkpoint.load(path))
+
+
+def init_from(path, tmp_path, corpus):
+    fit(trainer(tmp_path / "new", corpus, f"init_from={path}", "trainer.epochs=1", "trainer.max_steps=2"))
+
+
+ENTRY_POINTS = {"resume": resume_from, "eval": evaluate, "init_from": init_from}
+
+
+def assert_read_or_refused(entry, path, tmp_path, corpus) -> None:
+    """The checkpoint at ``path`` is read and used, or refused with a VdrnnError of one line; never another error."""
+    try:
+        ENTRY_POINTS[entry](path, tmp_path, corpus)
+    except VdrnnError as err:
+        assert str(err) and len(str(err).splitlines()) == 1, str(err)
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+@pytest.mark.parametrize("change,problem", [
+    ({"config": "x"}, "its 'config' entry is a str, not a dict"),
+    ({"model": "x"}, "its 'model' entry is a str, not a dict"),
+    ({"vocab": None}, "it has no 'vocab' entry"),
+    ({"epoch": "1"}, "its 'epoch' entry is a str, not a int"),
+    ({"optimizer": "x"}, "its 'optimizer' entry is a str, not a dict"),
+    ({"epoch_in_progress": {"epoch": 2, "sums": {"batches": "x"}, "data": {}}}, "paused epoch"),
+], ids=["config", "model", "no-vocab", "epoch", "optimizer", "epoch-in-progress"])
+def test_a_checkpoint_made_by_hand_with_wrong_entries_is_refused_in_a_line(tmp_path, tiny_corpus, last_pt, entry,
+                                                                            change, problem):
+    payload = {**checkpoint.load(last_pt), **change}
+    payload = {key: value for key, value in payload.items() if value is not None}
+    path = tmp_path / "made" / "last.pt"
+    path.parent.mkdir()
+    torch.save(payload, path)
+    if entry != "resume" and "epoch_in_progress" in change:  # only a resume goes on with a paused epoch
+        ENTRY_POINTS[entry](path, tmp_path, tiny_corpus)
+        return
+    with pytest.raises(CheckpointError, match=re.escape(problem)):
+        ENTRY_POINTS[entry](path, tmp_path, tiny_corpus)
+
+
+# Values of every type a checkpoint's entries may be given in place of their own.
+REPLACEMENTS = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True), st.text(max_size=3),
+                         st.just([]), st.just({}), st.just(["x"]), st.just({"x": 1}), st.just(torch.zeros(2)),
+                         st.just({"epoch": 2}), st.just({"epoch": 2, "sums": {}, "data": {"row": 0, "state": []}}))
+CONFIG_ENTRIES = ["data", "model", "cell", "dropout", "trainer", "eval", "seed", "device", "paper"]
+
+
+@st.composite
+def damaged(draw, payload: dict) -> tuple[list[str], dict]:
+    """``payload`` with 1 to 3 of its entries, or of its config's, dropped or replaced."""
+    payload = {**payload, "config": dict(payload["config"])}
+    said = []
+    for _ in range(draw(st.integers(1, 3))):
+        tree = draw(st.sampled_from([payload, payload["config"]]))
+        keys = sorted(tree) + (["epoch_in_progress"] if tree is payload else [])
+        key = draw(st.sampled_from(keys))
+        if draw(st.booleans()):
+            tree.pop(key, None)
+            said.append(f"drop {key}")
+        else:
+            tree[key] = draw(REPLACEMENTS)
+            said.append(f"{key}={tree[key]!r}")
+    return said, payload
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_any_damaged_checkpoint_is_read_or_refused_in_a_line(tmp_path_factory, tiny_corpus, last_pt, entry):
+    valid = checkpoint.load(last_pt)
+
+    @settings(max_examples=6, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(change=damaged(valid))
+    def read_or_refused(change):
+        said, payload = change
+        tmp_path = tmp_path_factory.mktemp(entry)
+        path = tmp_path / "made" / "last.pt"
+        path.parent.mkdir()
+        torch.save(payload, path)
+        try:
+            assert_read_or_refused(entry, path, tmp_path, tiny_corpus)
+        except Exception as err:
+            raise AssertionError(f"{said}: {type(err).__name__}: {err}") from err
+
+    read_or_refused()

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.helpers import TINY, events_of, history, run_in_process, session_ends
-from vdrnn.errors import ConfigError
+from vdrnn.errors import ConfigError, RecordError
 from vdrnn.training.resume import check_resumable
 from vdrnn.training.tracking import read_jsonl
 
@@ -145,8 +145,19 @@ def test_a_history_cut_short_mid_line_is_read_without_its_torn_last_line(tmp_pat
     path.write_text('{"epoch": 1}\n{"epoch": 2}\n{"epo')
     assert read_jsonl(path) == [{"epoch": 1}, {"epoch": 2}]
     path.write_text('{"epo\n{"epoch": 2}\n')  # damage before the end is not a torn write: it is reported
-    with pytest.raises(json.JSONDecodeError):
+    with pytest.raises(RecordError, match=f"{path}, line 1, is not JSON .*delete that line"):
         read_jsonl(path)
+
+
+def test_a_resume_with_a_damaged_line_in_its_history_is_refused_naming_it(tmp_path, tiny_corpus):
+    common = [*TINY, f"data.root={tiny_corpus}", "hydra.run.dir=run"]
+    run_in_process("train", *common, "trainer.epochs=2", cwd=tmp_path)
+    history = tmp_path / "run" / "metrics.jsonl"
+    lines = history.read_text().splitlines()
+    history.write_text("\n".join(["{damaged", *lines[1:]]) + "\n")
+    result = run_in_process("train", *common, "trainer.epochs=3", cwd=tmp_path, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: {history}, line 1, is not JSON ('{{damaged'): it was damaged; restore the file" in result.stderr
 
 
 def test_options_added_since_a_checkpoint_do_not_block_its_resume():

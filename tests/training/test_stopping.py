@@ -121,6 +121,18 @@ def test_a_run_paused_mid_epoch_resumes_to_the_numbers_of_an_uninterrupted_one(t
         same_numbers(a, b)
 
 
+def test_a_closed_terminal_stops_the_run_as_sigterm_does_and_the_rerun_goes_on(tmp_path, tiny_corpus, monkeypatch):
+    """SIGHUP: the step is saved, the status is 129, metrics.json says stopped, and the same command finishes."""
+    raw = to_container(composed(*TINY, f"data.root={tiny_corpus}"))
+    with monkeypatch.context() as patch:
+        stop_at_step(patch, 5, signal.SIGHUP)
+        with pytest.raises(RunStopped, match=r"stopped by SIGHUP at step 5 \(epoch 1, batch 5 of") as stopped:
+            train(raw, tmp_path / "run")
+    assert stopped.value.exit_status == 129
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "stopped"
+    assert train(raw, tmp_path / "run")["status"] == "finished"
+
+
 def test_a_launchers_own_handler_gets_the_signal_after_the_checkpoint_and_the_run_goes_on(tmp_path, tiny_corpus,
                                                                                            monkeypatch, caplog):
     """Under submitit, SIGTERM's handler only logs it (the requeue comes with SIGUSR2): the run saves its step, calls

@@ -150,6 +150,18 @@ def second_line(record: str):
     return damage
 
 
+def damaged_deflate(path):
+    """The compressed stream's bytes changed after the gzip header, which stays whole."""
+    data = bytearray(path.read_bytes())
+    data[12:40] = bytes(range(28))
+    path.write_bytes(bytes(data))
+
+
+def emptied(path):
+    with gzip.open(path, "wb"):
+        pass
+
+
 def latin1(path):
     with gzip.open(path, "wb") as f:
         f.write(json.dumps({"text": "caf\u00e9", "label": 1}, ensure_ascii=False).encode("latin-1") + b"\n")
@@ -163,7 +175,10 @@ def latin1(path):
     (second_line(json.dumps({"text": None, "label": 1})), r"line 2 has no review text"),
     (second_line('{"text": "cut sh'), r"line 2 is not JSON \(.* at column \d+\); the file is damaged: copy it again"),
     (latin1, r"not a whole gzipped UTF-8 JSON Lines file \(UnicodeDecodeError"),
-], ids=["truncated", "foreign-label", "fractional-label", "boolean-label", "null-text", "torn-line", "latin-1"])
+    (damaged_deflate, r"not a whole gzipped UTF-8 JSON Lines file \(error: .*; copy it again"),
+    (emptied, r"holds no reviews: it is empty or cut short; copy it again"),
+], ids=["truncated", "foreign-label", "fractional-label", "boolean-label", "null-text", "torn-line", "latin-1",
+        "damaged-deflate", "empty"])
 def test_a_damaged_imdb_file_is_a_data_error_naming_it_and_the_line(fake_imdb, damage, message):
     damage(fake_imdb / "test.jsonl.gz")
     with pytest.raises(DataError, match=message) as err:
