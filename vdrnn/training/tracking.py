@@ -132,7 +132,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
                                   f"file, or delete that line, then run the same command again") from None
             log.warning("%s: skipping its last line, cut short (%r)", path, line[:80])
             continue
-        if not (isinstance(record, dict) and isinstance(record.get("epoch"), int)):
+        if not isinstance(record, dict):
             raise RecordError(f"{path}, line {number}, is no epoch's record ({line[:60]!r}): it was damaged; restore "
                               f"the file, or delete that line, then run the same command again")
         records.append(record)
