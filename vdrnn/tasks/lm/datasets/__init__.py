@@ -38,6 +38,21 @@ def unseen_words(tokens: dict[str, list[str]]) -> set[str]:
     return {word for split in ("valid", "test") for word in tokens[split] if word not in known}
 
 
+def release_problems(tokens: dict[str, list[str]], vocab: int, counts: dict[str, int], count_note: str = "") -> list[str]:
+    """How ``tokens`` (split -> words) differ from a published release of ``vocab`` words (with <eos>) and
+    ``counts`` tokens per split; empty for the release itself. ``count_note`` says how the counts are made."""
+    problems = []
+    found = len(set(tokens["train"]))
+    if found != vocab:
+        problems.append(f"vocabulary has {found:,} words (expected {vocab:,} incl. <eos>)")
+    problems += [f"{split} has {len(tokens[split]):,} tokens (expected {expected:,}{count_note})"
+                 for split, expected in counts.items() if len(tokens[split]) != expected]
+    unknown = unseen_words(tokens)
+    if unknown:
+        problems.append(f"valid/test contain {len(unknown)} words missing from train, e.g. {sorted(unknown)[:3]}")
+    return problems
+
+
 def word_corpus(tokens: dict[str, list[str]]) -> Corpus:
     """The corpus of ``tokens`` (split -> words): the vocabulary in order of first appearance in the training split
     (as Zaremba's loader), validation and test words it lacks read as <unk> (added to it where it has none)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from vdrnn.errors import DataError
 from vdrnn.files import read_utf8, require_files
-from vdrnn.tasks.lm.datasets import SPLITS, Corpus, tokenize, unseen_words, word_corpus
+from vdrnn.tasks.lm.datasets import SPLITS, Corpus, release_problems, tokenize, word_corpus
 
 log = logging.getLogger("vdrnn")
 
@@ -78,16 +78,7 @@ def read(data) -> Corpus:
     ``data.allow_custom_corpus``: then its unseen validation and test words read as <unk>."""
     folder = resolve_dir(data.root)
     tokens = {split: tokenize(lines) for split, lines in read_lines(folder).items()}
-    problems = []
-    vocab = len(set(tokens["train"]))
-    if vocab != EXPECTED_VOCAB:
-        problems.append(f"vocabulary has {vocab:,} words (expected {EXPECTED_VOCAB:,} incl. <eos>)")
-    for split, expected in EXPECTED_TOKENS.items():
-        if len(tokens[split]) != expected:
-            problems.append(f"{split} has {len(tokens[split]):,} tokens (expected {expected:,})")
-    unknown = unseen_words(tokens)
-    if unknown:
-        problems.append(f"valid/test contain {len(unknown)} words missing from train, e.g. {sorted(unknown)[:3]}")
+    problems = release_problems(tokens, EXPECTED_VOCAB, EXPECTED_TOKENS)
     if problems and not data.allow_custom_corpus:
         raise DataError(
             f"{folder} is not Mikolov's Penn Treebank: " + "; ".join(problems)
