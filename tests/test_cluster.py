@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from tests.helpers import TINY, composed, run_cli
 from vdrnn import cli
 from vdrnn.config import refuse_deletions
+from vdrnn.distribution import install_line
 from vdrnn.errors import ConfigError
 from vdrnn.help import groups
 
@@ -31,7 +32,7 @@ def launcher_config(name: str) -> dict:
 
 def test_the_slurm_preset_asks_for_one_gpu_its_threads_a_signal_before_the_limit_and_requeue(tmp_path, monkeypatch):
     """The sbatch script submitit writes from the preset, given to its executor as the launcher gives it."""
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="the slurm extra (vdrnn[slurm]) is not installed")
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="the slurm extra (pip install -e '.[slurm]') is not installed")
     import submitit
     import submitit.slurm.slurm
 
@@ -96,16 +97,21 @@ def test_every_point_of_a_grid_search_is_a_valid_run_of_the_preset_its_header_ru
 
 @pytest.mark.slow
 def test_an_optuna_search_minimises_the_objective_its_preset_names(tmp_path, tiny_corpus):
-    """Two trials of the Optuna sweeper through the real CLI: each a run, and the best trial's value its
-    best_valid_ppl, which `vdrnn train` returned."""
-    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="the optuna extra (vdrnn[optuna]) is not installed")
+    """Two trials of the Optuna sweeper through the real CLI, kept in an SQLite storage: each a run, and the best
+    trial's value its best_valid_ppl, which `vdrnn train` returned."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="the optuna extra (pip install -e '.[optuna]') is not installed")
     run_cli("train", "-m", *TINY, "trainer.epochs=1", f"data.root={tiny_corpus}", "search=optuna",
-            "hydra.sweeper.n_trials=2", "hydra.sweep.dir=search", cwd=tmp_path)
+            "hydra.sweeper.n_trials=2", "hydra.sweep.dir=search", "hydra.sweeper.storage=sqlite:///search.db",
+            cwd=tmp_path)
     found = [json.loads(p.read_text()) for p in (tmp_path / "search").glob("*/metrics.json")]
     assert len(found) == 2 and all(m["status"] == "finished" for m in found)
     best = yaml.safe_load((tmp_path / "search" / "optimization_results.yaml").read_text())
     assert best["best_value"] == min(m["best_valid_ppl"] for m in found)
     assert set(best["best_params"]) == {"dropout.embedding", "dropout.input", "dropout.recurrent", "dropout.output"}
+    import optuna
+
+    stored = optuna.load_study(study_name="dropout", storage=f"sqlite:///{tmp_path / 'search.db'}")
+    assert len(stored.trials) == 2 and stored.best_value == best["best_value"]
 
 
 def test_an_objective_must_be_a_validation_number():
@@ -123,7 +129,7 @@ def test_a_plugin_option_without_its_plugin_names_the_extra_to_install(monkeypat
     with pytest.raises(SystemExit) as refused:
         cli.main(["train", "-m", "search=optuna"])
     assert refused.value.code == 2
-    assert "search=optuna needs a Hydra plugin that is not installed: pip install 'vdrnn[optuna]'" in \
+    assert f"search=optuna needs a Hydra plugin that is not installed: {install_line('optuna')}" in \
         capsys.readouterr().err
 
 

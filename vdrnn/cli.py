@@ -24,6 +24,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from vdrnn.config import refuse_deletions, to_container
+from vdrnn.distribution import install_line, version_line
 from vdrnn.errors import ConfigError, Crashed, FolderInUse, RunStopped, VdrnnError, WriteError
 from vdrnn.eval_settings import eval_run
 from vdrnn.files import make_folder, write_atomically
@@ -34,7 +35,7 @@ from vdrnn.training.run import train
 CONFIG_PATH = "pkg://vdrnn.conf"
 log = logging.getLogger("vdrnn")
 
-USAGE = """usage: vdrnn <command> [hydra overrides]
+USAGE = """usage: vdrnn <command> [hydra overrides]    vdrnn --version
 
 commands:
   train   train a model:          vdrnn train dataset=ptb dropout=variational
@@ -275,7 +276,7 @@ def check_plugins(args: list[str]) -> None:
         if arg in PLUGINS:
             module, extra = PLUGINS[arg]
             if importlib.util.find_spec(module) is None:
-                raise ConfigError(f"{arg} needs a Hydra plugin that is not installed: pip install 'vdrnn[{extra}]'")
+                raise ConfigError(f"{arg} needs a Hydra plugin that is not installed: {install_line(extra)}")
 
 
 def shell_completion(argv: list[str]) -> None:
@@ -346,6 +347,9 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
+        return
+    if argv[0] in ("-V", "--version"):
+        print(version_line())
         return
     if "-sc" in argv or "--shell-completion" in argv:
         shell_completion(argv)

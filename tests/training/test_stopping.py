@@ -217,7 +217,7 @@ def test_a_full_disk_ends_the_run_in_one_line_with_status_4_and_the_folder_says_
 def test_a_submitit_job_at_its_time_limit_is_requeued_and_goes_on_from_its_step(tmp_path, long_corpus):
     """hydra/launcher=local: submitit sends SIGUSR2 30 s before the job's one-minute limit; the run saves its step,
     submitit's handler requeues the job, and the job started again goes on from that step."""
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="the slurm extra (vdrnn[slurm]) is not installed")
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="the slurm extra (pip install -e '.[slurm]') is not installed")
     # Training time, not epochs, ends the run (trainer.max_minutes counts it over attempts), so that on any machine
     # the first attempt is still training at the signal and the second finishes well within its own 30 s.
     common = [*TINY, "trainer.epochs=1000", "trainer.max_minutes=0.6", "trainer.log_every=7",

@@ -89,7 +89,8 @@ def test_offline_without_data_says_where_to_put_the_files(tmp_path, monkeypatch,
 
 def test_imdb_without_its_files_says_it_asks_the_hub_and_then_where_to_put_them(tmp_path, monkeypatch, caplog):
     """The hub's client retries for half a minute offline: the log says what the run waits for first."""
-    import datasets
+    import sys
+    from types import SimpleNamespace
 
     from vdrnn.tasks.sentiment.datasets import imdb
 
@@ -97,12 +98,27 @@ def test_imdb_without_its_files_says_it_asks_the_hub_and_then_where_to_put_them(
         raise ConnectionError(f"no network for {name}")
 
     monkeypatch.setenv("VDRNN_DATA_DIR", str(tmp_path))
-    monkeypatch.setattr(datasets, "load_dataset", offline)
+    monkeypatch.setitem(sys.modules, "datasets", SimpleNamespace(load_dataset=offline))
     caplog.set_level("INFO", logger="vdrnn")
     with pytest.raises(DataError, match=r"datasets.load_dataset\('imdb'\) failed \(ConnectionError: no network for "
                                         r"imdb\)\. Put train.jsonl.gz, test.jsonl.gz .* in \$VDRNN_DATA_DIR/imdb"):
         imdb.load(None)
     assert "IMDB is in neither data.root nor $VDRNN_DATA_DIR/imdb: loading Hugging Face's copy" in caplog.text
+
+
+def test_imdb_without_its_files_or_the_hub_extra_says_where_to_put_them_and_how_to_install_it(tmp_path,
+                                                                                                monkeypatch):
+    import sys
+
+    from vdrnn.distribution import install_line
+    from vdrnn.tasks.sentiment.datasets import imdb
+
+    monkeypatch.setenv("VDRNN_DATA_DIR", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "datasets", None)  # Hugging Face's datasets not installed
+    with pytest.raises(DataError, match=r"IMDB not found: put train.jsonl.gz, test.jsonl.gz .* in \$VDRNN_DATA_DIR/imdb "
+                                        r".*or pass data.root=/path/to/folder; or, with internet, install") as err:
+        imdb.load(None)
+    assert str(err.value).endswith(install_line("hub"))
 
 
 def test_a_file_that_is_not_utf8_names_the_byte_its_line_and_the_fix(tmp_path):

@@ -3,7 +3,7 @@
 Where the reviews come from, in order: ``data.root`` (a folder holding ``train.jsonl.gz`` and
 ``test.jsonl.gz``, one JSON object per line with fields ``id, rating, label, file, text``, label
 0 = negative, 1 = positive); ``$VDRNN_DATA_DIR/imdb``; ``datasets.load_dataset("imdb")`` for users
-with internet (Hugging Face's copy of the same 50,000 reviews; should its order differ from the files', so would
+with internet and the ``hub`` extra (Hugging Face's copy of the same 50,000 reviews; should its order differ from the files', so would
 the validation split, which ``data.split_seed`` draws by position). A ``$VDRNN_DATA_DIR/imdb`` folder that lacks a
 file is an error, not a reason to download.
 """
@@ -17,6 +17,7 @@ import os
 import zlib
 from pathlib import Path
 
+from vdrnn.distribution import install_line
 from vdrnn.errors import DataError
 from vdrnn.files import require_files
 from vdrnn.tasks.sentiment.datasets import CLASSIFICATION, Review, Reviews, check_count
@@ -49,13 +50,20 @@ def load(root: str | None) -> dict[str, list[Review]]:
         return _read_folder(Path(env).expanduser() / "imdb", "$VDRNN_DATA_DIR/imdb")
     try:
         return _from_hugging_face()
+    except ImportError as err:
+        raise DataError(f"IMDB not found: put {', '.join(file_names())} (fields id, rating, label, file, text) in "
+                        f"{_env_folder(env)}, or pass data.root=/path/to/folder; or, with internet, install Hugging "
+                        f"Face's datasets to load its copy: {install_line('hub')}") from err
     except Exception as err:  # no internet, no datasets cache, hub errors: all mean "not here"
-        where = f"$VDRNN_DATA_DIR/imdb (now {Path(env).expanduser() / 'imdb'})" if env else "$VDRNN_DATA_DIR/imdb"
         raise DataError(
             f"IMDB not found and datasets.load_dataset('imdb') failed ({type(err).__name__}: "
             f"{str(err).splitlines()[0][:200] if str(err) else ''}). Put {', '.join(file_names())} "
-            f"(fields id, rating, label, file, text) in {where}, or pass data.root=/path/to/folder."
+            f"(fields id, rating, label, file, text) in {_env_folder(env)}, or pass data.root=/path/to/folder."
         ) from err
+
+
+def _env_folder(env: str | None) -> str:
+    return f"$VDRNN_DATA_DIR/imdb (now {Path(env).expanduser() / 'imdb'})" if env else "$VDRNN_DATA_DIR/imdb"
 
 
 def _read_folder(folder: Path, origin: str) -> dict[str, list[Review]]:
