@@ -74,7 +74,7 @@ def cli_in_process(monkeypatch, run_dir: Path, overrides):
 
     run_dir.mkdir(parents=True, exist_ok=True)
     # A DictConfig, as Hydra's is: the commands write it into the run's record (.hydra/hydra.yaml).
-    runtime = OmegaConf.create({"runtime": {"output_dir": str(run_dir)}, "mode": RunMode.RUN,
+    runtime = OmegaConf.create({"runtime": {"output_dir": str(run_dir), "cwd": os.getcwd()}, "mode": RunMode.RUN,
                                 "overrides": {"task": list(overrides)}})
     monkeypatch.setattr(cli, "HydraConfig", SimpleNamespace(get=lambda: runtime))
     return cli

@@ -145,6 +145,12 @@ def test_deleting_a_key_every_run_reads_is_refused_with_the_fix(override, messag
     refuse_deletions(["~experiment", "~hydra.job.env_set"])  # the preset (none by default) and Hydra's own may go
 
 
+@pytest.mark.parametrize("group", ["search", "experiment"])
+def test_deleting_a_group_that_is_none_by_default_is_hydras_plain_deletion(group):
+    refuse_deletions([f"~{group}"])
+    assert cli.checked_config([f"~{group}", "trainer.epochs=1"])["trainer"]["epochs"] == 1
+
+
 def test_a_config_without_a_section_is_refused_rather_than_a_key_error():
     from vdrnn.tasks import task_of
 

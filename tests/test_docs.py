@@ -3,6 +3,7 @@ docs/configuration.md (and every documented key exists), every relative link in 
 file, and the README's set-up commands are the ones CI runs."""
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
@@ -75,3 +76,26 @@ def test_ci_runs_the_readme_setup_commands():
     ci = (ROOT / ".ci" / "run").read_text()
     for command in commands:
         assert re.search(rf"^{re.escape(command)}\b", ci, flags=re.M), f".ci/run does not run `{command}`"
+
+
+def test_the_corpus_reader_of_docs_extending_reads_its_folder_and_says_how_to_give_one(tmp_path, monkeypatch):
+    import importlib.util
+    import textwrap
+
+    from vdrnn.errors import DataError
+
+    text = (ROOT / "docs" / "extending.md").read_text()
+    code = textwrap.dedent(re.search(r"```python\n(.*?)```", text, flags=re.S).group(1))
+    (tmp_path / "wikitext2.py").write_text(code)
+    spec = importlib.util.spec_from_file_location("wikitext2", tmp_path / "wikitext2.py")
+    reader = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reader)
+    monkeypatch.delenv("VDRNN_DATA_DIR", raising=False)
+    with pytest.raises(DataError, match=r"no data.root given and \$VDRNN_DATA_DIR is not set"):
+        reader.read(SimpleNamespace(root=None))
+    (tmp_path / "wikitext-2").mkdir()
+    for split in ("train", "valid", "test"):
+        (tmp_path / "wikitext-2" / f"wiki.{split}.tokens").write_text(" = Title = \n a b c \n")
+    monkeypatch.setenv("VDRNN_DATA_DIR", str(tmp_path))
+    corpus = reader.read(SimpleNamespace(root=None))
+    assert corpus.vocab[:3] == ["=", "Title", "<eos>"] and len(corpus.test) == 8

@@ -29,6 +29,7 @@ from vdrnn.errors import ConfigError, Crashed, FolderInUse, RunStopped, VdrnnErr
 from vdrnn.eval_settings import eval_run
 from vdrnn.files import make_folder, write_atomically
 from vdrnn.output_dir import log_file, open_log
+from vdrnn.paths import from_launch_dir, importable_from
 from vdrnn.tasks import task_of
 from vdrnn.training.run import train
 
@@ -165,7 +166,7 @@ def train_command(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         open_log()
-        raw = to_container(cfg)
+        raw = from_launch_dir(to_container(cfg), HydraConfig.get().runtime.cwd)
         refuse_eval_only(raw)
         task = task_of(raw)
         metrics = train(task, raw, run_dir, accepted=lambda: record_start(cfg, run_dir))
@@ -218,7 +219,7 @@ def eval_command(cfg: DictConfig) -> None:
     out = run_dir / "eval.json"
     try:
         open_log()
-        raw = to_container(cfg)
+        raw = from_launch_dir(to_container(cfg), HydraConfig.get().runtime.cwd)
         if not raw.get("checkpoint"):
             raise VdrnnError("vdrnn eval needs checkpoint=PATH (a best.pt or last.pt of a run)")
         path = Path(raw["checkpoint"])
@@ -253,6 +254,34 @@ def _print_help(command: str, overrides: list[str]) -> None:
 
     try:
         print(config_help(command, quote_paths(overrides)))
+    except VdrnnError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def shown_part(args: list[str]) -> str | None:
+    """The part of the config Hydra's ``--cfg PART`` (``-c PART``) asks to be shown: job, hydra or all."""
+    for flag in ("--cfg", "-c"):
+        if flag in args and args.index(flag) + 1 < len(args):
+            return args[args.index(flag) + 1]
+    return None
+
+
+def _print_eval_config(overrides: list[str]) -> None:
+    """`vdrnn eval checkpoint=PATH ... --cfg job`: the config the evaluation runs with, the checkpoint's with what
+    the command line changes (Hydra's would show the composed defaults, which the evaluation does not run)."""
+    from vdrnn.help import composed
+    from vdrnn.training import checkpoint
+
+    overrides = quote_paths(overrides)
+    try:
+        cfg, _ = composed(overrides)
+        raw = to_container(cfg)
+        if not raw.get("checkpoint"):
+            raise VdrnnError("vdrnn eval needs checkpoint=PATH (a best.pt or last.pt of a run)")
+        given = {override.split("=", 1)[0].lstrip("+~") for override in overrides}
+        path = Path(raw["checkpoint"])
+        print(OmegaConf.to_yaml(eval_run(raw, checkpoint.load(path)["config"], given, path)[2]), end="")
     except VdrnnError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -355,6 +384,7 @@ def main(argv: list[str] | None = None) -> None:
         shell_completion(argv)
         return
     command, rest = argv[0], argv[1:]
+    importable_from(os.getcwd())  # a data.reader module beside the user, wherever Hydra runs the job
     if command == "report":
         from vdrnn import report  # matplotlib, only for the report
 
@@ -363,6 +393,9 @@ def main(argv: list[str] | None = None) -> None:
     if command not in COMMANDS:
         print(f"error: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         raise SystemExit(2)
+    if command == "eval" and shown_part(rest) == "job":
+        _print_eval_config([arg for arg in rest if not arg.startswith("-") and arg != "job"])
+        return
     if "--help" in rest or "-h" in rest:
         if "-m" in rest or "--multirun" in rest:
             print("error: --help shows the config of one run: drop -m and give one value per key", file=sys.stderr)

@@ -236,15 +236,19 @@ def check_sections(raw: dict[str, Any]) -> None:
                           f"(e.g. dataset=ptb)")
 
 
+# The config groups conf/config.yaml chooses none of by default.
+OPTIONAL_GROUPS = ("experiment", "search")
+
+
 def refuse_deletions(overrides: list[str]) -> None:
     """Refuse ``~key`` on the command line for any key of vdrnn's config (Hydra's own may go): a deleted key would
-    fall back to a default the config does not show, or take away a section every run reads. ``~experiment``
-    only drops the preset, which is none by default."""
+    fall back to a default the config does not show, or take away a section every run reads. A group that is
+    none by default (OPTIONAL_GROUPS) may go: ``~experiment`` drops the preset, ``~search`` the search."""
     for override in overrides:
         if not override.startswith("~"):
             continue
         key = override[1:].split("=", 1)[0]
-        if key == "experiment" or key.startswith("hydra"):
+        if key in OPTIONAL_GROUPS or key.startswith("hydra"):
             continue
         if key not in (*SECTIONS, "dataset", "cell"):  # a key, not a section or a config group
             raise ConfigError(f"{override} deletes {key}, which every run reads: set it instead ({key}=VALUE)")

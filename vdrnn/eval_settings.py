@@ -32,8 +32,8 @@ def task_eval_keys() -> tuple[str, ...]:
 
 def eval_config(raw: dict[str, Any], trained: dict[str, Any], given: set[str]) -> dict[str, Any]:
     """The config `vdrnn eval` runs: ``trained`` (the checkpoint's) with what ``raw`` (the command line's composed
-    config) may change: device, seed, data location, and where given the evaluation settings, batch sizes,
-    precision and implementation. ``given``: the keys the command line set. Any other key given would be silently
+    config) may change: device, seed, data location (the checkpoint's where the command line gives none and composes
+    another dataset), and where given the evaluation settings, batch sizes, precision and implementation. ``given``: the keys the command line set. Any other key given would be silently
     ignored, so it is refused, as are MC dropout's keys for a weight-scaling evaluation."""
     task = task_of(trained)
     changes = eval_changes(task)
@@ -55,6 +55,8 @@ def eval_config(raw: dict[str, Any], trained: dict[str, Any], given: set[str]) -
     if "eval" in given:
         merged["eval"]["mode"] = raw["eval"]["mode"]
     for key in [*EVAL_ALWAYS, *(k for k in given if key_among(k, changes) and k != "eval")]:
+        if key == "data.root" and key not in given and raw["data"].get("name") != trained["data"].get("name"):
+            continue  # the command line composed another dataset's: the checkpoint's dataset YAML gave its own
         group, _, leaf = key.partition(".")
         if not leaf:
             merged[group] = raw.get(group)

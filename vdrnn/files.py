@@ -111,6 +111,18 @@ def read_utf8(path: Path, fix: str) -> str:
                         f"{fix}") from None
 
 
+def data_folder(root: str | None, name: str) -> tuple[Path, str]:
+    """Where dataset ``name``'s files are, and how a message names the place: ``data.root`` where given, else
+    ``$VDRNN_DATA_DIR/<name>``; a DataError saying how to give either where neither is set."""
+    if root:
+        return Path(root).expanduser(), f"data.root={root}"
+    env = os.environ.get("VDRNN_DATA_DIR")
+    if not env:
+        raise DataError(f"{name}: no data.root given and $VDRNN_DATA_DIR is not set; pass data.root=/path/to/folder, "
+                        f"or set VDRNN_DATA_DIR to a folder holding {name}/")
+    return Path(env).expanduser() / name, f"$VDRNN_DATA_DIR/{name}"
+
+
 def require_files(folder: Path, names: list[str], origin: str, subfolder: str) -> None:
     """A DataError unless ``folder`` (named by ``origin``, e.g. ``data.root=...``) holds every file of ``names``,
     saying what is wrong: no such folder, a data folder given for the dataset's own (``subfolder``, e.g. ``ptb``,

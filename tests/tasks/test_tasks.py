@@ -9,6 +9,7 @@ import textwrap
 from importlib import resources
 
 import pytest
+import yaml
 
 from tests.helpers import composed, run_cli
 from vdrnn.config import to_container
@@ -162,3 +163,25 @@ def test_a_dataset_without_a_reader_is_refused_naming_the_module_to_add():
     with pytest.raises(Exception, match=r"dataset 'nosuchcorpus' has no reader: vdrnn/tasks/lm/datasets/"
                                         r"nosuchcorpus.py does not exist"):
         task_of(raw).parse(raw)
+
+
+@pytest.mark.slow
+def test_a_corpus_beside_the_user_trains_under_chdir_and_evaluates_where_its_yaml_says(tmp_path):
+    """From the folder that holds the reader module (no PYTHONPATH), under hydra.job.chdir=true, with the data and the
+    checkpoint given relative to it; `vdrnn eval` keeps the data.root of the dataset's YAML (its command line composes
+    PTB's), and its --cfg job shows the checkpoint's settings it runs with."""
+    (tmp_path / "words").mkdir()
+    for split, lines in (("train", 60), ("valid", 8), ("test", 8)):
+        (tmp_path / "words" / f"{split}.txt").write_text("".join(f" w{i % 7} w{(i + 1) % 7} \n" for i in range(lines)))
+    use = add_dataset(tmp_path, "tinywords", CORPUS_READER, CORPUS_YAML, "words")
+    (tmp_path / "modules" / "tinywords_reader.py").rename(tmp_path / "tinywords_reader.py")
+    run_cli("train", *use, "model.hidden_size=8", "trainer.epochs=1", "trainer.max_steps=3", "hydra.job.chdir=true",
+            "hydra.run.dir=run", cwd=tmp_path)
+    run = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert run["status"] == "finished" and run["config"]["data"]["root"] == str(tmp_path / "words")
+    run_cli("eval", "checkpoint=run/best.pt", "hydra.job.chdir=true", "hydra.run.dir=scored", cwd=tmp_path)
+    scored = json.loads((tmp_path / "scored" / "eval.json").read_text())
+    assert scored["test_ppl"] == pytest.approx(run["test_ppl"], rel=1e-4)
+    shown = yaml.safe_load(run_cli("eval", "checkpoint=run/best.pt", "--cfg", "job", cwd=tmp_path).stdout)
+    assert shown["model"]["hidden_size"] == 8 and shown["data"]["name"] == "tinywords"
+    assert shown["checkpoint"] == "run/best.pt"

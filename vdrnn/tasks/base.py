@@ -10,9 +10,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from vdrnn.errors import ConfigError
+from vdrnn.paths import is_reader_file
 
 if TYPE_CHECKING:
     import torch
@@ -58,18 +61,37 @@ class Task:
     def check_dataset(self, data) -> None:
         """Refuse a dataset whose reading module does not exist, before anything is loaded."""
         module = self.dataset_module(data)
-        try:
-            # A name of the task's own folder, a module there: not a dotted path that would reach elsewhere.
-            found = (bool(data.reader) or data.name.isidentifier()) and importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a parent package that does not exist, or an empty name
-            found = False
-        if not found:
-            where = f"data.reader={module}" if data.reader else f"vdrnn/tasks/{self.name}/datasets/{data.name}.py"
-            raise ConfigError(f"dataset {data.name!r} has no reader: {where} does not exist. Choose a dataset/ option "
-                              f"of {self.title} (`vdrnn train --help` lists them), or add that module "
-                              f"(docs/extending.md)")
+        if is_reader_file(data.reader):
+            found = Path(module).is_file()
+        else:
+            try:
+                # A name of the task's own folder, a module there: not a dotted path that would reach elsewhere.
+                found = (bool(data.reader) or data.name.isidentifier()) and importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):  # a parent package that does not exist, or an empty name
+                found = False
+        if found:
+            return
+        if data.reader:
+            raise ConfigError(f"dataset {data.name!r} has no reader: data.reader={module} is "
+                              + ("not a file" if is_reader_file(module) else
+                                 "not a module Python can import: it must be a module of the folder vdrnn is launched "
+                                 "from, or of a folder on PYTHONPATH (PYTHONPATH=/path/to/folder vdrnn ...), or a "
+                                 ".py file's path (data.reader=readers/mycorpus.py)"))
+        raise ConfigError(f"dataset {data.name!r} has no reader: vdrnn/tasks/{self.name}/datasets/{data.name}.py does "
+                          f"not exist. Choose a dataset/ option of {self.title} (`vdrnn train --help` lists them), or "
+                          f"add that module (docs/extending.md)")
 
     # ------------------------------------------------------------------ heavy: imported when called
+    def reader(self, data) -> ModuleType:
+        """The module that reads dataset ``data.name`` (dataset_module), imported; a data.reader file by its path."""
+        module = self.dataset_module(data)
+        if not is_reader_file(module):
+            return importlib.import_module(module)
+        spec = importlib.util.spec_from_file_location(Path(module).stem, module)
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+        return loaded
+
     def trainer(self) -> type:
         """The task's trainer class, a subclass of :class:`~vdrnn.training.trainer.EpochTrainer`."""
         raise NotImplementedError
@@ -86,15 +108,15 @@ class Task:
         raise NotImplementedError
 
 
-def read_dataset(module: str, data, returns: type):
+def read_dataset(module: ModuleType, data, returns: type):
     """What the dataset module ``module`` reads for ``data`` (its ``read(data)``), a ``returns``; a ConfigError where
     the module is no dataset reader (``data.reader`` naming some other module)."""
-    read = getattr(importlib.import_module(module), "read", None)
+    read = getattr(module, "read", None)
     if not inspect.isfunction(read):
-        raise ConfigError(f"data.reader={module} is not a dataset reader: it has no read(data) function. Name a module "
-                          f"that has one (docs/extending.md), or drop data.reader for the dataset's own")
+        raise ConfigError(f"data.reader={data.reader} is not a dataset reader: it has no read(data) function. Name a "
+                          f"module that has one (docs/extending.md), or drop data.reader for the dataset's own")
     read_data = read(data)
     if not isinstance(read_data, returns):
-        raise ConfigError(f"data.reader={module}: its read(data) returned a {type(read_data).__name__}, not a "
+        raise ConfigError(f"data.reader={data.reader}: its read(data) returned a {type(read_data).__name__}, not a "
                           f"{returns.__name__} (docs/extending.md)")
     return read_data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 import math
 import random
@@ -29,7 +30,7 @@ from vdrnn.tasks.sentiment.text import PAD_ID, UNK, UNK_ID, build_vocab, chunks,
 
 def load_task(data: SentimentDataConfig):
     """The dataset ``data`` names, read by its module under vdrnn/tasks/sentiment/datasets/, as tensors."""
-    return load_data(SimpleNamespace(data=data), f"vdrnn.tasks.sentiment.datasets.{data.name}")
+    return load_data(SimpleNamespace(data=data), importlib.import_module(f"vdrnn.tasks.sentiment.datasets.{data.name}"))
 
 def test_tokenizer_lowercases_strips_html_and_splits_punctuation():
     text = "A GREAT film!<br /><br />I didn't like the END...<i>really</i>"

@@ -40,7 +40,7 @@ class LanguageModelling(Task):
     def load_data(self, cfg):
         from vdrnn.tasks.lm.data import load_streams
 
-        return load_streams(cfg, self.dataset_module(cfg.data))
+        return load_streams(cfg, self.reader(cfg.data))
 
     def build_model(self, cfg, data, device):
         from vdrnn.tasks.lm.model import LanguageModel

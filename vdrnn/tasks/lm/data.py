@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 
@@ -27,7 +28,7 @@ class TokenStreams:
     test: torch.Tensor
 
 
-def load_streams(cfg, module: str) -> TokenStreams:
+def load_streams(cfg, module: ModuleType) -> TokenStreams:
     """The corpus that ``module`` (``read(data) -> Corpus``) reads for ``cfg.data``, as streams, checked to be long
     enough for the batch sizes."""
     corpus = read_dataset(module, cfg.data, Corpus)

@@ -48,7 +48,7 @@ class Sentiment(Task):
     def load_data(self, cfg):
         from vdrnn.tasks.sentiment.data import load_data
 
-        return load_data(cfg, self.dataset_module(cfg.data))
+        return load_data(cfg, self.reader(cfg.data))
 
     def build_model(self, cfg, data, device):
         from vdrnn.tasks.sentiment.model import SentimentModel

@@ -24,6 +24,7 @@ import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 
@@ -57,7 +58,7 @@ class SentimentData:
     target_std: float = 1.0
 
 
-def load_data(cfg, module: str) -> SentimentData:
+def load_data(cfg, module: ModuleType) -> SentimentData:
     """The dataset that ``module`` (``read(data) -> Reviews``) reads for ``cfg.data``, split and tokenized."""
     started = time.perf_counter()
     data = _load(cfg.data, module)
@@ -66,7 +67,7 @@ def load_data(cfg, module: str) -> SentimentData:
     return data
 
 
-def _load(d, module: str) -> SentimentData:
+def _load(d, module: ModuleType) -> SentimentData:
     reviews = read_dataset(module, d, Reviews)
     train, test = _train_and_test(reviews, d)
     parts, words, vocab = _parts(train, test, d)
