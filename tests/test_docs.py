@@ -99,3 +99,19 @@ def test_the_corpus_reader_of_docs_extending_reads_its_folder_and_says_how_to_gi
     monkeypatch.setenv("VDRNN_DATA_DIR", str(tmp_path))
     corpus = reader.read(SimpleNamespace(root=None))
     assert corpus.vocab[:3] == ["=", "Title", "<eos>"] and len(corpus.test) == 8
+
+
+def test_the_scheme_of_docs_extending_passes_the_example_test_beside_it(monkeypatch):
+    import sys
+    import textwrap
+    import types
+
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "extending.md").read_text(), flags=re.S)
+    scheme = next(block for block in blocks if "class InputsOnly" in block)
+    example = next(block for block in blocks if "def test_inputs_only" in block)
+    module = types.ModuleType("vdrnn.dropout.schemes.inputs_only")
+    exec(textwrap.dedent(scheme), module.__dict__)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    test = {}
+    exec(textwrap.dedent(example), test)
+    test["test_inputs_only_keeps_one_mask_per_sequence_over_time"]()

@@ -5,7 +5,9 @@ its entry and its YAML, nothing else."""
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
+import re
 import sys
 import textwrap
 from importlib import resources
@@ -29,7 +31,8 @@ def test_every_scheme_module_has_an_entry_and_every_entry_its_yaml():
     conf = resources.files("vdrnn.conf").joinpath("dropout")
     in_yaml = {(yaml.safe_load(p.read_text()) or {}).get("scheme") for p in conf.iterdir() if p.name.endswith(".yaml")}
     assert set(SCHEMES) <= in_yaml
-    assert in_table_order()[:5] == ["none", "zaremba", "moon", "variational", "gaussian"]  # the paper's order
+    paper = ["none", "zaremba", "moon", "variational", "gaussian"]  # the paper's order; other schemes go between
+    assert [name for name in in_table_order() if name in paper] == paper
 
 
 # A scheme of a module, an entry and a YAML: it drops the layers' inputs with one mask per sequence shared by every
@@ -86,8 +89,10 @@ def test_a_new_scheme_is_read_by_the_config_checks_the_report_and_the_cell_check
     with pytest.raises(ConfigError, match=r"dropout.recurrent=0.2 is not used by scheme 'input_only' \(its sites: "
                                           r"input\)"):
         DropoutConfig(scheme="input_only", input=0.5, recurrent=0.2)
-    with pytest.raises(ConfigError, match=r"choose one of none, zaremba, moon, variational, input_only, gaussian"):
+    with pytest.raises(ConfigError, match=re.escape(f"choose one of {', '.join(in_table_order())} (")):
         DropoutConfig(scheme="nope")
+    named = in_table_order()
+    assert named.index("variational") < named.index("input_only") < named.index("gaussian")  # its table_order, 35
     assert scheme_rank("variational") < scheme_rank("input_only") < scheme_rank("gaussian")
     raw = to_container(composed(input_only, "dropout=input_only", "dataset=imdb", "cell=gru"))
     with pytest.raises(ConfigError, match="dropout=input_only cannot run on cell=gru: it is the LSTM's only"):
@@ -102,3 +107,27 @@ def test_a_new_scheme_trains(input_only, tmp_path, tiny_corpus):
     torch.manual_seed(0)
     metrics = train(raw, tmp_path / "run")
     assert metrics["config"]["dropout"]["scheme"] == "input_only" and metrics["test_ppl"] > 1
+
+
+@pytest.mark.slow
+def test_a_scheme_kept_outside_vdrnn_enters_through_its_distribution_s_entry_point(tmp_path, tiny_corpus, monkeypatch):
+    """The throwaway scheme as another distribution would add it: its module, an entry point of the group
+    vdrnn.schemes naming its SchemeEntry, and its YAML in a config folder of its own; `vdrnn train` then runs it."""
+    from tests.helpers import TINY, run_cli
+    from vdrnn.dropout.config import plugin_schemes
+
+    (tmp_path / "input_only_scheme.py").write_text(textwrap.dedent(MODULE).replace(
+        'SCHEMES["input_only"] = SchemeEntry(', "ENTRY = SchemeEntry("))
+    info = tmp_path / "input_only_scheme-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: input-only-scheme\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[vdrnn.schemes]\ninput_only = input_only_scheme:ENTRY\n")
+    (tmp_path / "conf" / "dropout").mkdir(parents=True)
+    (tmp_path / "conf" / "dropout" / "input_only.yaml").write_text(textwrap.dedent(YAML))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert plugin_schemes()["input_only"].cls.__name__ == "InputOnly"
+    sys.modules.pop("input_only_scheme", None)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    run_cli("train", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "dropout=input_only", *TINY,
+            f"data.root={tiny_corpus}", "trainer.epochs=1", "trainer.max_steps=2", "hydra.run.dir=run", cwd=tmp_path)
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["config"]["dropout"]["scheme"] == "input_only"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import metadata
 
 from vdrnn.dropout.masks import NOISES
 from vdrnn.dropout.scheme import Scheme
@@ -274,6 +275,31 @@ SCHEMES: dict[str, SchemeEntry] = {  # dropout.scheme -> its entry; conf/dropout
     "semeniuta": SchemeEntry(_semeniuta, Semeniuta, (*ZAREMBA_SITES, "candidate"), table_order=55),
     "zoneout": SchemeEntry(_zoneout, Zoneout, (*ZAREMBA_SITES, "zoneout_cell", "zoneout_hidden"), table_order=60),
 }
+
+
+# A scheme kept outside vdrnn: an entry point of this group, in the distribution that holds it, names its SchemeEntry
+# under the scheme's name (pyproject.toml: [project.entry-points."vdrnn.schemes"] inputs_only = "mypkg.inputs:ENTRY").
+ENTRY_POINTS = "vdrnn.schemes"
+
+
+def plugin_schemes() -> dict[str, SchemeEntry]:
+    """The schemes that installed distributions add (ENTRY_POINTS), each refused where it would replace vdrnn's own
+    or names no SchemeEntry."""
+    found = {}
+    for point in metadata.entry_points(group=ENTRY_POINTS):
+        if point.name in SCHEMES:
+            raise ConfigError(f"the {ENTRY_POINTS} entry point {point.name} = {point.value} names a scheme of vdrnn's "
+                              f"own: give it another name")
+        entry = point.load()
+        if not isinstance(entry, SchemeEntry):
+            raise ConfigError(f"the {ENTRY_POINTS} entry point {point.name} = {point.value} is a "
+                              f"{type(entry).__name__}, not a vdrnn.dropout.config.SchemeEntry")
+        found[point.name] = entry
+    return found
+
+
+# After SCHEMES, so that a plugin's module can import SchemeEntry from this one as it loads.
+SCHEMES.update(plugin_schemes())
 
 
 def in_table_order() -> list[str]:
