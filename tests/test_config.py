@@ -389,6 +389,25 @@ def test_eval_without_evaluation_settings_runs_the_checkpoints_own():
     assert eval_config(line, older, {"checkpoint"})["eval"]["mc_masks"] == line["eval"]["mc_masks"]
 
 
+def test_eval_takes_the_progress_bars_setting_and_keeps_another_dataset_s_data_root():
+    trained = to_container(composed("trainer.progress=true"))
+    trained["data"].update(name="mycorpus", root="/data/mycorpus")  # what a corpus's own YAML set
+    line = to_container(composed("checkpoint=x.pt", "trainer.progress=false"))
+    merged = eval_config(line, trained, {"checkpoint", "trainer.progress"})
+    assert merged["trainer"]["progress"] is False and merged["data"]["root"] == "/data/mycorpus"
+    given = eval_config(to_container(composed("checkpoint=x.pt", "data.root=/elsewhere")), trained,
+                        {"checkpoint", "data.root"})
+    assert given["data"]["root"] == "/elsewhere"
+    ptb = eval_config(line, {**trained, "data": {**trained["data"], "name": "ptb"}}, {"checkpoint"})
+    assert ptb["data"]["root"] is None  # PTB's own: found through $VDRNN_DATA_DIR on this machine
+
+
+def test_progress_bars_are_auto_true_or_false():
+    assert to_container(composed())["trainer"]["progress"] == "auto"
+    with pytest.raises(ConfigError, match="trainer.progress='sometimes'; choose auto"):
+        from_dict(to_container(composed("trainer.progress=sometimes")))
+
+
 @pytest.mark.parametrize("given", [{"model.hidden_size"}, {"dataset"}, {"dropout.recurrent", "data.batch_size"}])
 def test_eval_refuses_settings_it_would_ignore(given):
     trained = to_container(composed())
@@ -403,7 +422,7 @@ def test_eval_of_a_sentiment_checkpoint_refuses_the_language_model_s_data_keys()
     line = to_container(composed("checkpoint=x.pt", "data.eval_max_tokens=500", "data.eval_batch_size=64"))
     with pytest.raises(ConfigError, match=r"data.eval_max_tokens would be ignored: drop it \(data.eval_max_tokens: "
                                           r"language models only, and this checkpoint was trained on imdb\). It takes .*"
-                                          r"and where given eval, data.eval_batch_size, trainer.amp, model.impl$"):
+                                          r"and where given eval, data.eval_batch_size, trainer.amp, model.impl, trainer.progress$"):
         eval_config(line, trained, {"checkpoint", "data.eval_max_tokens", "data.eval_batch_size"})
     assert eval_config(line, trained, {"checkpoint", "data.eval_batch_size"})["data"]["eval_batch_size"] == 64
     ptb = to_container(composed())

@@ -373,6 +373,16 @@ def quote_paths(overrides: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    try:
+        run_command(argv)
+    except BrokenPipeError:
+        # The reader of the output went first (`vdrnn eval --help | head -1`): end as a shell's command does, without
+        # a traceback, and without another at exit, when Python flushes stdout.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(141) from None
+
+
+def run_command(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)

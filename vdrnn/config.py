@@ -91,7 +91,7 @@ class TrainerConfig:
     nonmono: int = 5
     stop_nonmono: bool = False
     log_every: int = 100
-    progress: bool = True
+    progress: bool | str = "auto"  # tqdm bars: auto (on a terminal only) | true | false
 
     def __post_init__(self) -> None:
         if self.amp not in AMP_MODES:
@@ -110,6 +110,9 @@ class TrainerConfig:
             raise ConfigError(f"trainer.weight_decay_mode={self.weight_decay_mode!r}; choose `gal` or `l2`")
         if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
             raise ConfigError("trainer.epochs and trainer.max_steps must be at least 1")
+        if self.progress not in (True, False, "auto"):
+            raise ConfigError(f"trainer.progress={self.progress!r}; choose auto (bars on a terminal only), true or "
+                              f"false")
         if self.log_every < 1:  # also how often a NaN loss is looked for
             raise ConfigError(f"trainer.log_every={self.log_every} must be at least 1 (steps between loss reads)")
         if self.max_minutes is not None and not self.max_minutes > 0:

@@ -1,7 +1,8 @@
 """What `vdrnn eval` takes from its command line, and what from the checkpoint it evaluates.
 
 Nothing a checkpoint carries chooses code or files: which module reads the data (``data.reader``) and where the data
-lies (``data.root``) are always the command line's, as are the device and the seed."""
+lies (``data.root``) are the command line's, as are the device and the seed. (Where the command line neither gives
+``data.root`` nor composes the checkpoint's dataset, the root is the one the checkpoint's dataset YAML names.)"""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from vdrnn.tasks import TASKS, Task, task_of
 
 # `vdrnn eval` runs a checkpoint under the config it was trained with, except for what its own command line
 # gives: always the device, seed, where the data is and the module that reads it (a checkpoint's own would choose
-# code to import); and, when given, the evaluation settings and the settings that change speed or memory but not the
-# model (batch sizes, precision, implementation).
+# code to import); and, when given, the evaluation settings and the settings that change speed, memory or what the
+# terminal shows but not the model (batch sizes, precision, implementation, progress bars).
 EVAL_ALWAYS = ("device", "seed", "checkpoint", "data.root", "data.reader")
-EVAL_WHEN_GIVEN = ("eval", "data.eval_batch_size", "trainer.amp", "model.impl")
+EVAL_WHEN_GIVEN = ("eval", "data.eval_batch_size", "trainer.amp", "model.impl", "trainer.progress")
 MC_ONLY = ("eval.samples", "eval.batch", "eval.word_dropout", "eval.mc_masks")
 
 
@@ -33,8 +34,9 @@ def task_eval_keys() -> tuple[str, ...]:
 def eval_config(raw: dict[str, Any], trained: dict[str, Any], given: set[str]) -> dict[str, Any]:
     """The config `vdrnn eval` runs: ``trained`` (the checkpoint's) with what ``raw`` (the command line's composed
     config) may change: device, seed, data location (the checkpoint's where the command line gives none and composes
-    another dataset), and where given the evaluation settings, batch sizes, precision and implementation. ``given``: the keys the command line set. Any other key given would be silently
-    ignored, so it is refused, as are MC dropout's keys for a weight-scaling evaluation."""
+    another dataset), and where given the evaluation settings, batch sizes, precision, implementation and progress
+    bars. ``given``: the keys the command line set. Any other key given would be silently ignored, so it is refused,
+    as are MC dropout's keys for a weight-scaling evaluation."""
     task = task_of(trained)
     changes = eval_changes(task)
     ignored = sorted(k for k in given if not key_among(k, (*EVAL_ALWAYS, *changes, "hydra")))

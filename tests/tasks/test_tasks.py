@@ -175,8 +175,9 @@ def test_a_corpus_beside_the_user_trains_under_chdir_and_evaluates_where_its_yam
         (tmp_path / "words" / f"{split}.txt").write_text("".join(f" w{i % 7} w{(i + 1) % 7} \n" for i in range(lines)))
     use = add_dataset(tmp_path, "tinywords", CORPUS_READER, CORPUS_YAML, "words")
     (tmp_path / "modules" / "tinywords_reader.py").rename(tmp_path / "tinywords_reader.py")
-    run_cli("train", *use, "model.hidden_size=8", "trainer.epochs=1", "trainer.max_steps=3", "hydra.job.chdir=true",
-            "hydra.run.dir=run", cwd=tmp_path)
+    trained = run_cli("train", *use, "model.hidden_size=8", "trainer.epochs=1", "trainer.max_steps=3",
+                      "hydra.job.chdir=true", "hydra.run.dir=run", cwd=tmp_path)
+    assert "%|" not in trained.stderr  # trainer.progress=auto: no bars where stderr is not a terminal
     run = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert run["status"] == "finished" and run["config"]["data"]["root"] == str(tmp_path / "words")
     run_cli("eval", "checkpoint=run/best.pt", "hydra.job.chdir=true", "hydra.run.dir=scored", cwd=tmp_path)

@@ -30,7 +30,8 @@ class Task:
     takes_init_from = False  # can start a new run from a trained checkpoint's weights (init_from=)
     eval_keys: tuple[str, ...] = ()  # keys of its own that `vdrnn eval` takes when given (besides the shared ones)
     smoke_keys: tuple[str, ...] = ()  # data keys that cap the data: a run with one set is a smoke run
-    first_run: str  # a run of the task that ends in about a minute on a CPU
+    first_run_settings: str  # the overrides of a run of the task that ends in about a minute on a CPU
+    default_dataset: str | None = None  # the dataset a command line without dataset= gets
     report_ignores: tuple[str, ...] = ()  # settings that never change its runs' numbers (the report's rows)
 
     # ------------------------------------------------------------------ light: config and records
@@ -43,6 +44,11 @@ class Task:
         or capped data (the task's ``smoke_keys``)?"""
         keys = ("trainer.max_steps", *self.smoke_keys)
         return any((raw.get(key.split(".")[0]) or {}).get(key.split(".")[1]) is not None for key in keys)
+
+    def first_run(self, dataset: str) -> str:
+        """The command of a run on ``dataset`` that ends in about a minute on a CPU."""
+        chosen = "" if dataset == self.default_dataset else f"dataset={dataset} "
+        return f"vdrnn train {chosen}{self.first_run_settings}"
 
     def dataset_module(self, data) -> str:
         """The module that reads dataset ``data.name``: ``data.reader`` where set (a dataset kept outside vdrnn), else

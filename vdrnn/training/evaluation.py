@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from tqdm import tqdm
 
 import vdrnn.nn as vnn
 from vdrnn.errors import CheckpointError
@@ -59,12 +58,6 @@ def evaluate_checkpoint(task: Task, cfg, path: Path, payload: dict[str, Any]) ->
     load_evaluation_weights(model, payload, path)
     return {**task.evaluate_model(model, data, cfg), "checkpoint": str(path), "epoch": payload["epoch"],
             "device": device_name(device)}
-
-
-def mc_progress(samples: int, enabled: bool) -> tqdm:
-    """The bar of an MC-dropout evaluation: samples done (fractions of a pass as its minibatches go) and time left."""
-    return tqdm(total=samples, desc="MC dropout", disable=not enabled, leave=False, dynamic_ncols=True,
-                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total} samples [{elapsed}<{remaining}]")
 
 
 def samples_side_by_side(model, batch: int, word_dropout: bool) -> int:

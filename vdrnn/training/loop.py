@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from vdrnn.training.bars import bars_shown
 from vdrnn.training.progress import Progress
 
 # step(batch) -> (mean loss tensor, grad norm, weight: what the mean is over, words)
@@ -111,9 +112,12 @@ def run_steps(batches: Iterable, step: Step, sums: EpochSums, log_every: int, on
 
 class RunEstimate:
     """On the CPU, how long the whole run's training will take, said once its first steps are timed: a preset meant
-    for a GPU can take a day there, and the user should know in the first minute, with a run that fits."""
+    for a GPU can take a day there, and the user should know in the first minute, with a run that fits. Said once per
+    process: the jobs of a sweep, or an Optuna search's trials, run one after another in it."""
 
     TIMED = 3  # steps timed after the first (which warms up)
+    SHORT = 120  # seconds of training below which no shorter first run is suggested
+    said = False  # by a run of this process already
 
     def __init__(self, steps_left: int, length: str, first_run: str):
         self.steps_left, self.length, self.first_run = steps_left, length, first_run
@@ -130,14 +134,24 @@ class RunEstimate:
         self.seen += 1
         if self.seen == 1:
             self.start = time.perf_counter()
-        if self.seen != 1 + self.TIMED:
+        if self.seen != 1 + self.TIMED or RunEstimate.said:
             return None
+        RunEstimate.said = True
         per_step = (time.perf_counter() - self.start) / self.TIMED
-        minutes = per_step * self.steps_left / 60
-        took = f"{minutes / 60:.1f} hours" if minutes >= 60 else f"{max(1, round(minutes))} minute" + \
-            ("s" if round(minutes) > 1 else "")
-        return (f"on the CPU a step takes {per_step:.2f} s: this run's training ({self.length}) takes about {took} "
-                f"here. A first run that ends in about a minute: {self.first_run}")
+        seconds = per_step * self.steps_left
+        line = (f"on the CPU a step takes {per_step:.2f} s: this run's training ({self.length}) takes about "
+                f"{duration(seconds)} here")
+        return line if seconds < self.SHORT else f"{line}. A first run that ends in about a minute: {self.first_run}"
+
+
+def duration(seconds: float) -> str:
+    """``40 seconds``, ``3 minutes``, ``1.5 hours``: an estimate's length, as rounded as an estimate is."""
+    if seconds < 60:
+        return f"{max(5, 5 * round(seconds / 5))} seconds"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} minute{'s' if minutes > 1 else ''}"
+    return f"{seconds / 3600:.1f} hours"
 
 
 def run_length(trainer, steps_per_epoch: int) -> str:
@@ -155,4 +169,4 @@ def epoch_bar(epoch: int, trainer, steps_per_epoch: int, done: int, step: int) -
     if trainer.max_steps is not None:
         steps = max(0, min(steps, done + trainer.max_steps - step))
     return tqdm(total=steps, initial=done, desc=f"epoch {epoch}/{trainer.epochs}", unit="step",
-                disable=not trainer.progress, leave=False, dynamic_ncols=True)
+                disable=not bars_shown(trainer.progress), leave=False, dynamic_ncols=True)

@@ -97,7 +97,8 @@ class EpochTrainer:
         log.info("model: %s, %.2fM parameters; dropout %s; device %s; output %s", self.describe_model(),
                  n_params / 1e6, cfg.dropout.scheme, self.device, self.folder.path)
         if self.device.type == "cpu":  # says after a few steps how long the run takes here
-            self.estimate = RunEstimate.of_run(cfg.trainer, self.progress, self.steps_per_epoch(), self.task.first_run)
+            self.estimate = RunEstimate.of_run(cfg.trainer, self.progress, self.steps_per_epoch(),
+                                               self.task.first_run(cfg.data.name))
         while not self.progress.done(cfg.trainer, self.stopped_early()):
             with self.stops.during_steps():
                 self.run_epoch()

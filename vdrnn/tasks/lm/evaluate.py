@@ -36,8 +36,9 @@ import vdrnn.nn as vnn
 from vdrnn.calibration import Calibration, token_scores
 from vdrnn.tasks.lm.data import TokenStreams, batchify, minibatches
 from vdrnn.tasks.lm.model import LanguageModel
+from vdrnn.training.bars import finish, mc_progress, pass_bar
 from vdrnn.training.device import autocast
-from vdrnn.training.evaluation import mc_progress, samples_side_by_side
+from vdrnn.training.evaluation import samples_side_by_side
 from vdrnn.training.graphs import ShapeGraphs
 
 log = logging.getLogger("vdrnn")
@@ -56,14 +57,16 @@ def graphs_apply(device: torch.device, cfg) -> bool:
 
 @torch.no_grad()
 def perplexity(model: LanguageModel, stream: torch.Tensor, batch_size: int, bptt: int,
-               amp: str = "off", graphed: bool = False, calibration: Calibration | None = None) -> float:
+               amp: str = "off", graphed: bool = False, calibration: Calibration | None = None,
+               label: str = "", progress: bool | str = False) -> float:
     """Weight-scaling perplexity of ``stream`` read as ``batch_size`` parallel streams. Each stream's last token is
     only a target and the tail that does not fill a stream is dropped (as Zaremba's code), so batch_size > 1 scores
     a few tokens fewer than the N - 1 of one stream (73,740 of PTB validation's 73,759 at 20).
 
     ``graphed`` (CUDA): each minibatch shape's forward pass is recorded once as a CUDA graph and replayed (a test
     stream at batch 1 is a thousand small passes, each otherwise waiting on Python's launches). ``calibration``
-    receives every next-token prediction's scores (top-1 confidence and correctness, entropy, Brier score)."""
+    receives every next-token prediction's scores (top-1 confidence and correctness, entropy, Brier score).
+    ``progress`` (trainer.progress): a bar named ``label``."""
     device = next(model.parameters()).device
     data = batchify(stream, batch_size).to(device)
     state = model.initial_state(batch_size, device)
@@ -80,20 +83,24 @@ def perplexity(model: LanguageModel, stream: torch.Tensor, batch_size: int, bptt
     run = ShapeGraphs(nll_sum, carry=(1, 2)) if graphed else nll_sum  # the state, minibatch to minibatch
     total = torch.zeros((), device=device, dtype=torch.float64)
     count = 0
+    bar = pass_bar(label, math.ceil((len(data) - 1) / bptt), progress)
     for inputs, targets in minibatches(data, bptt):
         nll, state, scores = run(inputs, targets, state)
         total += nll
         count += targets.numel()
         if calibration is not None:
             calibration.add(*scores)
+        bar.update()
+    finish(bar)
     return exp_or_inf(total.item() / count)
 
 
 @torch.no_grad()
 def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batch: int, bptt: int,
-                  word_dropout: bool = False, amp: str = "off", masks: str = "stream", progress: bool = False,
+                  word_dropout: bool = False, amp: str = "off", masks: str = "stream", progress: bool | str = False,
                   calibration: Calibration | None = None) -> float:
-    """MC-dropout perplexity of one stream, ``samples`` passes run ``batch`` at a time (``progress``: a bar).
+    """MC-dropout perplexity of one stream, ``samples`` passes run ``batch`` at a time (``progress``,
+    trainer.progress: a bar).
 
     ``masks="stream"`` keeps each sample's masks for the whole stream, as Gal's ``run_MC_test`` (one
     ``sample_noise`` per pass over the test set); ``"minibatch"`` redraws them every ``bptt`` tokens, as
@@ -113,7 +120,7 @@ def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batc
     dist_sum = (torch.zeros(stream.numel() - 1, model.vocab_size, device=device)
                 if calibration is not None and not one_pass else None)
     steps = math.ceil((stream.numel() - 1) / bptt)  # minibatches per pass, for the bar
-    done, bar = 0, mc_progress(samples, progress)
+    done, bar = 0, mc_progress(samples, steps, progress)
     while done < samples:
         replicas = min(batch, samples - done)
         data = stream.unsqueeze(1).expand(-1, replicas)  # every column is the whole stream
@@ -135,10 +142,9 @@ def mc_perplexity(model: LanguageModel, stream: torch.Tensor, samples: int, batc
                         calibration.add(*token_scores(dists / samples, targets))
                     else:
                         dist_sum[start : start + inputs.shape[0]] += dists
-                bar.update(replicas / steps)
+                bar.update(replicas)
         done += replicas
-    bar.n = samples  # whole, not a float sum's rounding
-    bar.close()
+    finish(bar)
     if dist_sum is not None:
         for start in range(0, len(dist_sum), 4096):
             calibration.add(*token_scores(dist_sum[start : start + 4096] / samples, stream[start + 1 : start + 4097]))
@@ -152,8 +158,10 @@ def evaluate_all(model: LanguageModel, corpus: TokenStreams, cfg) -> dict[str, A
     started = time.perf_counter()
     calibration = Calibration()
     metrics: dict[str, Any] = {
-        "valid_ppl": perplexity(model, corpus.valid, d.eval_batch_size, d.bptt, amp, graphed),
-        "test_ppl": perplexity(model, corpus.test, d.test_batch_size, d.bptt, amp, graphed, calibration),
+        "valid_ppl": perplexity(model, corpus.valid, d.eval_batch_size, d.bptt, amp, graphed,
+                                label="validation", progress=cfg.trainer.progress),
+        "test_ppl": perplexity(model, corpus.test, d.test_batch_size, d.bptt, amp, graphed, calibration,
+                               label="test", progress=cfg.trainer.progress),
         **{f"test_{key}": value for key, value in calibration.summary().items()},
     }
     if e.mode == "mc":

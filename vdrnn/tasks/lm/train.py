@@ -196,7 +196,8 @@ class LanguageModelTrainer(EpochTrainer):
     def validate(self) -> dict[str, float]:
         d = self.cfg.data
         return {"ppl": perplexity(self.model, self.data.valid, d.eval_batch_size, d.bptt, self.cfg.trainer.amp,
-                                  graphs_apply(self.device, self.cfg))}
+                                  graphs_apply(self.device, self.cfg), label="validation",
+                                  progress=self.cfg.trainer.progress)}
 
     def summary(self, record: dict[str, Any]) -> str:
         return f"train ppl {record['train_ppl']:.2f}  valid ppl {record['valid_ppl']:.2f}"

@@ -18,7 +18,7 @@ from vdrnn.tasks.base import Task
 class Sentiment(Task):
     name = "sentiment"
     title = "sentiment models"
-    first_run = "vdrnn train dataset=imdb data.limit=500 data.max_length=100 trainer.epochs=1"  # about a minute on 2 CPU cores
+    first_run_settings = "data.limit=500 data.max_length=100 trainer.epochs=1"  # about a minute on 2 CPU cores
     smoke_keys = ("data.limit",)
     # A sentiment model scores every review on its own, so how many reviews an evaluation pass holds changes no
     # weight-scaling number beyond float rounding (MC draws its masks in another order: another draw). A language

@@ -15,6 +15,8 @@ replicated min(samples, ``eval.batch``) times, each copy drawing its own per-seq
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 import vdrnn.nn as vnn
@@ -22,8 +24,9 @@ from vdrnn.tasks.sentiment.config import SentimentRunConfig
 from vdrnn.tasks.sentiment.data import CLASSIFICATION, SentimentData, Split, minibatches
 from vdrnn.tasks.sentiment.metrics import classification_metrics, rmse
 from vdrnn.tasks.sentiment.model import SentimentModel
+from vdrnn.training.bars import finish, mc_progress, pass_bar
 from vdrnn.training.device import autocast
-from vdrnn.training.evaluation import mc_progress, samples_side_by_side
+from vdrnn.training.evaluation import samples_side_by_side
 
 
 def readout(outputs: torch.Tensor, kind: str) -> torch.Tensor:
@@ -35,36 +38,40 @@ def readout(outputs: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 @torch.no_grad()
-def predict(model: SentimentModel, split: Split, kind: str, batch_size: int, amp: str = "off") -> torch.Tensor:
-    """Weight-scaling predictions of every sequence of ``split``, in order (on the CPU)."""
+def predict(model: SentimentModel, split: Split, kind: str, batch_size: int, amp: str = "off",
+            progress: bool | str = False) -> torch.Tensor:
+    """Weight-scaling predictions of every sequence of ``split``, in order (on the CPU; ``progress``,
+    trainer.progress: a bar)."""
     device = next(model.parameters()).device
     model.eval()
-    out = []
+    out, bar = [], pass_bar("weight scaling", math.ceil(len(split) / batch_size), progress)
     for tokens, lengths, _ in minibatches(split, batch_size):
         with autocast(device, amp):
             outputs = model(tokens.to(device), lengths.to(device))
         out.append(readout(outputs, kind).cpu())
+        bar.update()
+    finish(bar)
     return torch.cat(out)
 
 
 @torch.no_grad()
 def predict_mc(model: SentimentModel, split: Split, kind: str, samples: int, samples_per_pass: int,
-               batch_size: int, word_dropout: bool = False, amp: str = "off", progress: bool = False) -> torch.Tensor:
+               batch_size: int, word_dropout: bool = False, amp: str = "off", progress: bool | str = False
+               ) -> torch.Tensor:
     """MC-dropout predictions: the mean over ``samples`` stochastic passes, ``samples_per_pass`` at a time
-    (``progress``: a bar)."""
+    (``progress``, trainer.progress: a bar)."""
     device = next(model.parameters()).device
     replicas = min(samples, samples_side_by_side(model, samples_per_pass, word_dropout))
     reviews = max(1, batch_size // replicas)  # sequences per pass = reviews x replicas
-    out, bar = [], mc_progress(samples, progress)
+    out, bar = [], mc_progress(samples, len(split), progress)
     for tokens, lengths, _ in minibatches(split, reviews):
         with autocast(device, amp):
             prediction = vnn.mc_predict(model, (tokens.to(device), lengths.to(device)), samples, batch_dim=(1, 0),
                                         output_batch_dim=0, samples_per_call=replicas, embedding=word_dropout,
                                         keep_samples=False, probabilities=lambda outputs: readout(outputs, kind))
         out.append(prediction.mean.cpu())
-        bar.update(samples * len(lengths) / len(split))
-    bar.n = samples  # whole, not a float sum's rounding
-    bar.close()
+        bar.update(samples * len(lengths))
+    finish(bar)
     return torch.cat(out)
 
 
@@ -82,7 +89,7 @@ def predict_split(model: SentimentModel, split: Split, data: SentimentData, cfg:
     if mc:
         return predict_mc(model, split, data.kind, e.samples, e.batch, d.eval_batch_size, e.word_dropout, amp,
                           cfg.trainer.progress)
-    return predict(model, split, data.kind, d.eval_batch_size, amp)
+    return predict(model, split, data.kind, d.eval_batch_size, amp, cfg.trainer.progress)
 
 
 def evaluate_split(model: SentimentModel, split: Split, data: SentimentData, cfg: SentimentRunConfig,
