@@ -339,14 +339,14 @@ def test_report_gives_a_line_per_evaluation_beside_the_runs_table(tmp_path, tiny
     (evals / "old" / "eval.json").write_text(json.dumps({"test_ppl": 1.0}))
     report.main([str(tiny_checkpoint.parent), str(evals), "--out", str(tmp_path / "report")])
     assert "leaving out " + str(evals / "old" / "eval.json") in capsys.readouterr().err
-    assert (tmp_path / "report" / "table.md").exists()  # the run's own row, as before
+    assert (tmp_path / "report" / "ptb_table.md").exists()  # the run's own row, as before
     with open(tmp_path / "report" / "ptb_evaluations.csv") as f:
         lines = list(csv.DictReader(f))
     # Each named from the folder reported, as it lies under it: the same table wherever the folders are.
     assert [line["evaluation"] for line in lines] == ["evals/mc", "evals/scale"]
     for line, evaluated in zip(lines, (mc, scaled), strict=True):
         assert (line["model"], line["dropout"], line["checkpoint"], line["epoch"]) == \
-            ("zaremba, 16 units", "in 0.5, out 0.5", str(tiny_checkpoint), "1")
+            ("zaremba, 16 units", "in 0.5, out 0.5", "run/best.pt", "1")  # its run folder, not this machine's path
         assert (line["valid"], line["test"]) == (f"{evaluated['valid_ppl']:.1f}", f"{evaluated['test_ppl']:.1f}")
     assert (lines[0]["mode"], lines[0]["MC test"]) == ("MC, 3 passes, masks per minibatch", f"{mc['test_ppl_mc']:.1f}")
     assert (lines[1]["mode"], lines[1]["MC test"]) == ("weight scaling", "–")

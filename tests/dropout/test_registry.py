@@ -20,7 +20,7 @@ from tests.helpers import composed, train
 from vdrnn.config import to_container
 from vdrnn.dropout.config import SCHEMES, DropoutConfig, in_table_order
 from vdrnn.errors import ConfigError
-from vdrnn.report.sentiment import scheme_rank
+from vdrnn.report.rows import scheme_rank
 from vdrnn.tasks import task_of
 
 

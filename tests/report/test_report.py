@@ -15,8 +15,7 @@ from vdrnn.errors import RecordError, VdrnnError
 from vdrnn.report.found import find_runs
 from vdrnn.report.lm import collect_ptb, plot_ptb
 from vdrnn.report.plots import reliability_panel, save_curves
-from vdrnn.report.rows import base_settings, mean_std, scheme_name, settings
-from vdrnn.report.sentiment import scheme_rank
+from vdrnn.report.rows import base_settings, mean_std, scheme_name, scheme_rank, settings
 
 
 @pytest.mark.slow
@@ -28,7 +27,7 @@ def test_report_groups_seeds_and_sets_paper_numbers_beside_ours(tmp_path, tiny_c
     # The smoke runs' 16 units show beside the preset's size; the paper's numbers are the preset's.
     assert "| Zaremba et al. 2014 | medium (16 units) | in 0.5, out 0.5 | 2 |" in result.stdout
     assert "| Variational (tied weights) | medium (16 units) | emb 0.2, in 0.3, h 0.2, out 0.3 | 2 |" in result.stdout
-    with open(tmp_path / "report" / "table.csv") as f:
+    with open(tmp_path / "report" / "ptb_table.csv") as f:
         rows = {r["row"]: r for r in csv.DictReader(f)}
     zaremba, variational = rows["Zaremba et al. 2014"], rows["Variational (tied weights)"]
     assert (zaremba["paper valid"], zaremba["paper test"], zaremba["paper MC test"]) == ("86.2", "82.7", "–")
@@ -38,7 +37,7 @@ def test_report_groups_seeds_and_sets_paper_numbers_beside_ours(tmp_path, tiny_c
     # Hydra's record of each job's command line: the smoke settings show, the preset and seed do not.
     assert "eval.samples=2" in variational["overrides"]
     assert not any(word in variational["overrides"] for word in ("experiment=", "seed=", "data.root="))
-    png = (tmp_path / "report" / "valid_ppl.png").read_bytes()
+    png = (tmp_path / "report" / "ptb_valid_ppl.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     # What MC buys beyond perplexity: each row's calibration by weight scaling and MC, and reliability diagrams.
     with open(tmp_path / "report" / "ptb_calibration.csv") as f:
@@ -61,7 +60,7 @@ def test_report_keeps_the_points_of_a_dropout_grid_apart(tmp_path, tiny_corpus):
     run_in_process("train", "-m", "experiment=medium_variational", "dropout.input=0.3,0.4", "dropout.output=0.4", *tiny,
             f"data.root={tiny_corpus}", "eval.samples=2", "hydra.sweep.dir=sweep", cwd=tmp_path)
     run_in_process("report", "sweep", "--out", "report", cwd=tmp_path)
-    with open(tmp_path / "report" / "table.csv") as f:
+    with open(tmp_path / "report" / "ptb_table.csv") as f:
         rows = [(r["row"], r["dropout"], r["seeds"]) for r in csv.DictReader(f)]
     assert rows == [("Variational (tied weights)", "emb 0.2, in 0.3, h 0.2, out 0.4", "1"),
                     ("Variational (tied weights)", "emb 0.2, in 0.4, h 0.2, out 0.4", "1")]
@@ -115,7 +114,7 @@ def fake_ptb_run(folder, seed, overrides, epochs=39, time_limited=False, dropout
 
 def ptb_rows(tmp_path) -> list[dict[str, str]]:
     report.write_report([tmp_path / "runs"], tmp_path / "out")
-    with open(tmp_path / "out" / "table.csv") as f:
+    with open(tmp_path / "out" / "ptb_table.csv") as f:
         return list(csv.DictReader(f))
 
 
@@ -216,7 +215,7 @@ def test_overlapping_folders_count_each_run_once(tmp_path, monkeypatch):
     fake_ptb_run(runs / "s2", 2, [])
     monkeypatch.chdir(tmp_path)
     report.write_report([Path("runs"), runs / "s2"], tmp_path / "out")  # `vdrnn report runs $PWD/runs/s2`
-    with open(tmp_path / "out" / "table.csv") as f:
+    with open(tmp_path / "out" / "ptb_table.csv") as f:
         [row] = csv.DictReader(f)
     assert row["seeds"] == "2"
 
@@ -554,3 +553,25 @@ def test_an_eval_sweep_over_mc_samples_reports_what_the_samples_cost_and_buy(tmp
     assert rows[0]["ECE"] == rows[1]["ECE"]  # weight scaling does not depend on the samples
     png = (tmp_path / "report" / "ptb_mc_samples.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+def test_ad_hoc_rows_follow_the_schemes_order_not_their_names(tmp_path):
+    runs = tmp_path / "runs"
+    for scheme in ("zoneout", "variational", "awd", "zaremba"):  # by name: awd, variational, zaremba, zoneout
+        fake_ptb_run(runs / scheme, 1, [], dropout={**MEDIUM_VARIATIONAL, "scheme": scheme})
+    assert [row["row"] for row in ptb_rows(tmp_path)] == ["zaremba", "variational", "awd", "zoneout"]
+
+
+def test_an_evaluation_names_its_checkpoint_from_the_reported_folder_not_the_machine_it_ran_on(tmp_path):
+    from vdrnn.report.evaluations import find_evaluations
+
+    runs = tmp_path / "runs"
+    (runs / "large").mkdir(parents=True)  # the run, copied in after it was evaluated in a temporary folder
+    for folder, checkpoint in (("large_mc/samples_1", "/tmp/runs48/large/best.pt"),
+                               ("inside", str(runs / "large" / "last.pt")), ("elsewhere", "/scratch/other/best.pt")):
+        (runs / folder).mkdir(parents=True)
+        (runs / folder / "eval.json").write_text(json.dumps({"config": {"data": {"name": "ptb"}},
+                                                             "checkpoint": checkpoint}))
+    shown = {str(folder): evaluation["checkpoint"] for folder, evaluation in find_evaluations([runs])}
+    assert shown == {"runs/large_mc/samples_1": "runs/large/best.pt", "runs/inside": "runs/large/last.pt",
+                     "runs/elsewhere": "other/best.pt"}

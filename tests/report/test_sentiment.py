@@ -53,7 +53,7 @@ def test_sentiment_tables_group_cells_schemes_and_seeds(tmp_path):
     assert rows["GRU · variational"]["MC accuracy (%)"] == "87.00 ± 1.41" and rows["LSTM · none"]["ECE"] == "0.0200 ± 0.0000"
     assert (rows["GRU · variational"]["units"], rows["LSTM · variational (untied)"]["units"]) == ("128", "512")
     assert "| LSTM · zaremba | 128 | – | 1 | 0.1500 | 0.1400 |" in text  # the fake runs have no probabilities
-    assert not (tmp_path / "out" / "table.md").exists()  # no PTB runs, no PTB table
+    assert not (tmp_path / "out" / "ptb_table.md").exists()  # no PTB runs, no PTB table
     for name in ("imdb_test_curves.png", "scale_test_curves.png"):
         assert (tmp_path / "out" / name).read_bytes().startswith(b"\x89PNG") and tmp_path / "out" / name in written
 

@@ -69,7 +69,7 @@ def test_reproduce_spreads_the_rows_over_gpus_reports_them_and_skips_finished_jo
     assert "started runs/medium_zaremba/seed1 on GPU 0" in out
     assert "started runs/medium_variational/seed1 on GPU 1" in out
     assert "FAILED" not in out
-    with open(tmp_path / "report" / "table.csv") as f:
+    with open(tmp_path / "report" / "ptb_table.csv") as f:
         rows = [(r["row"], r["seeds"]) for r in csv.DictReader(f)]
     assert rows == [("Zaremba et al. 2014", "1"), ("Variational (tied weights)", "1")]
     # The two jobs ran at once, so each trained with its half of the cores, not a pool the size of the machine.

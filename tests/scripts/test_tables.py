@@ -51,3 +51,26 @@ def test_every_committed_run_has_its_command_hardware_and_commit_in_the_runs_md_
         if str(folder.relative_to(runs_md.parent)) not in listed_runs(runs_md):
             unlisted.append(f"{folder.relative_to(results)} (in {runs_md.relative_to(results)})")
     assert not unlisted, unlisted
+
+
+def test_results_hold_only_what_backs_a_published_table_or_figure(tmp_path):
+    """Beside its runs a results folder holds the tables and figures results/README.md publishes for it, and RUNS.md;
+    a run folder holds what the report reads of it."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from tables import PUBLISHED
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    readme = (ROOT / "results" / "README.md").read_text()
+    for folder, names in PUBLISHED.items():
+        entry = re.search(rf"^- \[`{re.escape(folder)}/`\].*?(?=^- |^## |\Z)", readme, flags=re.M | re.S)
+        assert entry and all(f"`{name}`" in entry[0] for name in names), f"results/README.md: {folder}: {names}"
+    run_files = {"metrics.json", "metrics.jsonl", "overrides.yaml", "eval.json"}
+    stray = [path for path in (ROOT / "results").rglob("*") if path.is_file() and "runs" in path.parts
+             and path.name not in run_files]
+    assert not stray
+    shutil.copytree(ROOT / "results" / "scale", tmp_path / "scale")
+    (tmp_path / "scale" / "scale_table_old.md").write_text("| a stale table |\n")
+    done = check_tables("--results", str(tmp_path))
+    assert done.returncode != 0 and "back no published table or figure" in done.stderr
+    assert str(tmp_path / "scale" / "scale_table_old.md") in done.stderr

@@ -53,7 +53,7 @@ def test_each_task_trains_evaluates_and_reports_end_to_end(task, tmp_path, tiny_
     evaluated = json.loads((tmp_path / "evaluated" / "eval.json").read_text())
     assert evaluated[test_key] == pytest.approx(metrics[test_key], rel=1e-5)  # the run's own test, repeated
     report = run_cli("report", "run", "evaluated", "--out", "report", cwd=tmp_path)
-    table = "table.md" if task == "lm" else "imdb_table.md"
+    table = "ptb_table.md" if task == "lm" else "imdb_table.md"
     assert (tmp_path / "report" / table).exists() and "evaluated" in report.stdout
 
 

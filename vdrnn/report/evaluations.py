@@ -15,8 +15,8 @@ Metric = tuple[str, str, int, bool]
 
 def find_evaluations(folders: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
     """(folder, eval.json) of every `vdrnn eval` under ``folders``, in path order, the folder named from the reported
-    folder that holds it (``runs/a_mc/samples_10`` under ``results/ptb/x/runs``), as the tables show it: the same
-    wherever the folders lie. An eval.json from before it recorded its config is left out with a warning: without it,
+    folder that holds it (``runs/a_mc/samples_10`` under ``results/ptb/x/runs``), as the tables show it, and so its
+    checkpoint (shown_checkpoint): the same wherever the folders lie. An eval.json from before it recorded its config is left out with a warning: without it,
     which model it scored is unknown."""
     found, seen = [], set()
     for root in map(Path, folders):
@@ -29,8 +29,23 @@ def find_evaluations(folders: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
                 print(f"warning: leaving out {path}: it records no config (an older vdrnn eval's), so which model it "
                       f"scored is unknown; run that vdrnn eval again for a line of the table", file=sys.stderr)
                 continue
+            if evaluation.get("checkpoint"):
+                evaluation = {**evaluation, "checkpoint": shown_checkpoint(evaluation["checkpoint"], root)}
             found.append((Path(root.resolve().name) / path.parent.relative_to(root), evaluation))
     return found
+
+
+def shown_checkpoint(checkpoint: str, root: Path) -> str:
+    """The checkpoint an evaluation scored, as the table names it: from the reported folder ``root`` on
+    (``runs/large_variational/best.pt``) where it lies there, or a run folder there has its run folder's name (runs
+    copied in after their evaluations); else its run folder and file. An absolute path of the machine it ran on would
+    name a folder that is nowhere else, and change with it."""
+    path, base = Path(checkpoint), root.resolve()
+    if path.is_absolute() and path.resolve().is_relative_to(base):
+        return str(Path(base.name) / path.resolve().relative_to(base))
+    if (base / path.parent.name).is_dir():
+        return str(Path(base.name) / path.parent.name / path.name)
+    return str(Path(path.parent.name) / path.name)
 
 
 def evaluation_mode(config: dict[str, Any]) -> str:

@@ -22,10 +22,11 @@ from vdrnn.report.rows import (
     mean_std,
     rank,
     scheme_name,
+    scheme_rank,
 )
 from vdrnn.report.tables import write_table
 
-# Table 1's order, top to bottom; ad-hoc rows follow in name order.
+# Table 1's order, top to bottom; ad-hoc rows, named after their schemes, follow in the schemes' order.
 ROW_ORDER = ["Non-regularized (early stopping)", "Moon et al. 2015", "Moon et al. + emb dropout",
              "Zaremba et al. 2014", "Variational (tied weights)", "Variational (untied weights)",
              "AWD-LSTM (no fine-tuning)", "AWD-LSTM (fine-tuned)"]
@@ -74,7 +75,7 @@ def collect_ptb(found: list[tuple[Path, dict[str, Any]]], pooled: tuple[str, ...
     def order(row: PtbRow):
         # Numbers in a label read as numbers: a grid's rows go kl_weight=30, 300, 1000 rather than 1000, 30, 300.
         labels = (numbers_as_numbers(label) for label in (row.name, row.dropout, row.setting))
-        return rank(SIZE_ORDER, row.size), rank(ROW_ORDER, row.name), *labels
+        return rank(SIZE_ORDER, row.size), rank(ROW_ORDER, row.name), scheme_rank(row.name), *labels
 
     return sorted(rows, key=order)
 
@@ -120,13 +121,14 @@ def plot_ptb(rows: list[PtbRow], path: Path, corpus: str = "PTB") -> None:
     save_curves(fig, axes, path)
 
 
-# Table 1's corpus: its files keep the names the report has always given them (results/ and the docs link them).
+# Table 1's corpus: the report prints its table without naming it.
 PAPER_CORPUS = "ptb"
 
 
 def stems(dataset: str) -> tuple[str, str]:
-    """The file stems of a corpus's table and curve plot: ``table`` and ``valid_ppl`` for PTB, else prefixed."""
-    return ("table", "valid_ppl") if dataset == PAPER_CORPUS else (f"{dataset}_table", f"{dataset}_valid_ppl")
+    """The file stems of a corpus's table and curve plot, named after it as every dataset's (``ptb_table``,
+    ``ptb_valid_ppl``)."""
+    return f"{dataset}_table", f"{dataset}_valid_ppl"
 
 
 def collect(found: list[tuple[Path, dict[str, Any]]], pooled: tuple[str, ...] = ()) -> dict[str, list[PtbRow]]:

@@ -139,6 +139,14 @@ def scheme_name(config: dict[str, Any]) -> str:
     return scheme + (f" ({', '.join(notes)})" if notes else "")
 
 
+def scheme_rank(name: str) -> tuple[float, bool, bool]:
+    """Where a row named after its scheme (``gaussian (untied, learned alpha)``) sorts: the schemes' table order, then
+    plain before learned alpha, tied before untied; names of no scheme last."""
+    scheme, _, notes = name.partition(" (")
+    order = SCHEMES[scheme].table_order if scheme in SCHEMES else math.inf
+    return order, "learned alpha" in notes, "untied" in notes
+
+
 # Config entries that never make two runs different experiments: which seed, where and how they ran. A wall-clock
 # cap (trainer.max_minutes) is one too: a seed it stopped early shows in the epochs column (mean ± std over the
 # seeds) and the cap in the overrides column.

@@ -4,12 +4,10 @@ table and reliability diagrams (:mod:`~vdrnn.report.sentiment_calibration`); and
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vdrnn.dropout.config import SCHEMES
 from vdrnn.report.evaluations import Metric, evaluation_columns, evaluation_table
 from vdrnn.report.found import by_dataset, numbers_as_numbers
 from vdrnn.report.plots import draw_curves, save_curves
@@ -23,6 +21,7 @@ from vdrnn.report.rows import (
     mean_std,
     rank,
     scheme_name,
+    scheme_rank,
 )
 from vdrnn.report.sentiment_calibration import (
     CALIBRATION_COLUMNS,
@@ -51,14 +50,6 @@ CURVES = {"classification": (lambda r: 100 * (1 - r["test_accuracy"]), "test err
 def kind_of(runs: list[dict[str, Any]]) -> str:
     """Classification or regression, by the metrics the runs (of one dataset; metrics.json or eval.json) recorded."""
     return "regression" if any("test_rmse" in metrics for metrics in runs) else "classification"
-
-
-def scheme_rank(name: str) -> tuple[float, bool, bool]:
-    """Where a row named after its scheme (``gaussian (untied, learned alpha)``) sorts: the schemes' table order, then
-    plain before learned alpha, tied before untied; names of no scheme last."""
-    scheme, _, notes = name.partition(" (")
-    order = SCHEMES[scheme].table_order if scheme in SCHEMES else math.inf
-    return order, "learned alpha" in notes, "untied" in notes
 
 
 @dataclass
