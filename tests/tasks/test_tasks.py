@@ -10,8 +10,9 @@ from importlib import resources
 
 import pytest
 import yaml
+from tensorboard.plugins.hparams import plugin_data_pb2
 
-from tests.helpers import composed, run_cli
+from tests.helpers import composed, events_of, run_cli
 from vdrnn.config import to_container
 from vdrnn.tasks import TASKS, task_of
 
@@ -180,6 +181,10 @@ def test_a_corpus_beside_the_user_trains_under_chdir_and_evaluates_where_its_yam
     assert "%|" not in trained.stderr  # trainer.progress=auto: no bars where stderr is not a terminal
     run = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert run["status"] == "finished" and run["config"]["data"]["root"] == str(tmp_path / "words")
+    # TensorBoard's hparams table declares the final numbers this run has: no MC test, no MC column
+    content = events_of(tmp_path / "run").PluginTagToContent("hparams")["_hparams_/experiment"]
+    tags = {info.name.tag for info in plugin_data_pb2.HParamsPluginData.FromString(content).experiment.metric_infos}
+    assert "test/ppl" in tags and not [tag for tag in tags if tag.endswith("_mc")]
     run_cli("eval", "checkpoint=run/best.pt", "hydra.job.chdir=true", "hydra.run.dir=scored", cwd=tmp_path)
     scored = json.loads((tmp_path / "scored" / "eval.json").read_text())
     assert scored["test_ppl"] == pytest.approx(run["test_ppl"], rel=1e-4)

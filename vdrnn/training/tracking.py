@@ -2,8 +2,10 @@
 
 Each run's output dir is its own TensorBoard run, so ``tensorboard --logdir <sweep dir>`` lists one
 run per job. The hparams table is written into that run's own event file (``SummaryWriter.add_hparams``
-would create an extra run per call), its end status only once the run has ended: SUCCESS when it finished,
-FAILURE when it failed, none while it runs or is stopped to go on later. metrics.json says the same from the start
+would create an extra run per call), by each start of the run (a resumed run writes a new event file, which then
+holds its config beside its end), each key with its description from conf/ and booleans as booleans; its end status
+only once the run has ended: SUCCESS when it finished, FAILURE when it failed, none while it runs or is stopped to go
+on later. metrics.json says the same from the start
 (``"status": "running"``) to the end (``finished``, ``failed`` or ``stopped``, with the reason).
 """
 
@@ -18,10 +20,16 @@ from typing import Any
 
 from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
 from tensorboard.plugins.hparams import metadata
-from tensorboard.plugins.hparams.api_pb2 import Status
-from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData, SessionEndInfo
+from tensorboard.plugins.hparams.api_pb2 import (
+    DataType,
+    Experiment,
+    HParamInfo,
+    MetricInfo,
+    MetricName,
+    Status,
+)
+from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData, SessionEndInfo, SessionStartInfo
 from torch.utils.tensorboard import SummaryWriter
-from torch.utils.tensorboard.summary import hparams
 
 from vdrnn.errors import RecordError
 from vdrnn.files import append_line, os_error_in, write_atomically, write_error
@@ -43,6 +51,44 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def described(config: dict[str, Any]) -> dict[str, str]:
+    """Each key's description, from the comments in conf/ of the files the run's config was composed from (its
+    dataset, cell and eval options, where the config names them; conf/config.yaml documents the rest)."""
+    from vdrnn.help import descriptions, groups
+
+    options = groups()
+    named = {"dataset": (config.get("data") or {}).get("name"), "cell": (config.get("cell") or {}).get("type"),
+             "eval": (config.get("eval") or {}).get("mode")}
+    return descriptions({group: option for group, option in named.items() if option in options[group]})
+
+
+def hparams_record(config: dict[str, Any], metrics: list[str]) -> list[Summary]:
+    """The hparams plugin's experiment (each key of ``config`` but Hydra's, with its type and description, and the
+    final ``metrics``' tags) and session start (the values), as torch's ``hparams`` writes them, but with the
+    descriptions, and booleans as booleans (torch's writes them as the numbers 0 and 1)."""
+    descriptions = described(config)
+    start, infos = SessionStartInfo(), []
+    for key, value in flatten(config).items():
+        if key.startswith("hydra"):
+            continue
+        if isinstance(value, bool):
+            start.hparams[key].bool_value, kind = value, "DATA_TYPE_BOOL"
+        elif isinstance(value, (int, float)):
+            start.hparams[key].number_value, kind = value, "DATA_TYPE_FLOAT64"
+        else:
+            start.hparams[key].string_value, kind = value, "DATA_TYPE_STRING"
+        infos.append(HParamInfo(name=key, type=DataType.Value(kind), description=descriptions.get(key, "")))
+    experiment = Experiment(hparam_infos=infos, metric_infos=[MetricInfo(name=MetricName(tag=tag)) for tag in metrics])
+    return [plugin_summary(metadata.EXPERIMENT_TAG, HParamsPluginData(experiment=experiment)),
+            plugin_summary(metadata.SESSION_START_INFO_TAG, HParamsPluginData(session_start_info=start))]
+
+
+def plugin_summary(tag: str, data: HParamsPluginData) -> Summary:
+    data.version = metadata.PLUGIN_DATA_VERSION
+    plugin = SummaryMetadata.PluginData(plugin_name=metadata.PLUGIN_NAME, content=data.SerializeToString())
+    return Summary(value=[Summary.Value(tag=tag, metadata=SummaryMetadata(plugin_data=plugin))])
+
+
 class RunLogger:
     """``final_tags`` maps the TensorBoard tags of the final numbers (shown in the HParams tab, whose
     values are the scalars logged under the same tags) to their keys in metrics.json."""
@@ -53,16 +99,10 @@ class RunLogger:
         self.final_tags = final_tags
         # purge_step drops events a crashed run wrote after its last checkpoint, so a resumed run's
         # curves have no duplicate steps.
-        # The hparams go in once per folder: a run resumed in its own folder has them already, one resumed
-        # into a new folder (resume=<another run's last.pt>) does not.
-        fresh = not any(self.run_dir.glob("events.out.tfevents.*"))
         with self.writing_events():
             self.writer = SummaryWriter(log_dir=str(self.run_dir), purge_step=purge_step)
-            if fresh:
-                hp = {k: v for k, v in flatten(config).items() if not k.startswith("hydra")}
-                experiment, session_start, _ = hparams(hp, {tag: 0.0 for tag in final_tags})  # its end: end_session
-                for summary in (experiment, session_start):
-                    self.writer.file_writer.add_summary(summary)
+            for summary in hparams_record(config, list(final_tags)):  # its end: end_session
+                self.writer.file_writer.add_summary(summary)
 
     @contextmanager
     def writing_events(self) -> Iterator[None]:
@@ -101,12 +141,9 @@ class RunLogger:
         write_atomically(self.run_dir / "metrics.json", json.dumps({"status": status, **record}, indent=2) + "\n")
 
     def end_session(self, status: str) -> None:
-        end = HParamsPluginData(session_end_info=SessionEndInfo(status=Status.Value(status)),
-                                version=metadata.PLUGIN_DATA_VERSION)
-        plugin = SummaryMetadata.PluginData(plugin_name=metadata.PLUGIN_NAME, content=end.SerializeToString())
+        end = HParamsPluginData(session_end_info=SessionEndInfo(status=Status.Value(status)))
         with self.writing_events():
-            self.writer.file_writer.add_summary(Summary(value=[Summary.Value(
-                tag=metadata.SESSION_END_INFO_TAG, metadata=SummaryMetadata(plugin_data=plugin))]))
+            self.writer.file_writer.add_summary(plugin_summary(metadata.SESSION_END_INFO_TAG, end))
             self.writer.flush()
 
     def close(self) -> None:

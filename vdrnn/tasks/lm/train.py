@@ -230,8 +230,9 @@ class LanguageModelTrainer(EpochTrainer):
 
     # ----------------------------------------------------------------------------- testing
     def final_tags(self) -> dict[str, str]:
+        estimators = ("", "_mc") if self.cfg.eval.mode == "mc" else ("",)  # MC's only where the test runs it
         scores = {f"test/{score}{mc}": f"test_{score}{mc}" for score in ("ppl", "ece", "brier", "entropy")
-                  for mc in ("", "_mc")}
+                  for mc in estimators}
         return {**super().final_tags(), **scores}
 
     def test_metrics(self) -> dict[str, Any]:

@@ -165,10 +165,11 @@ class SentimentTrainer(EpochTrainer):
 
     def final_tags(self) -> dict[str, str]:
         names = metric_names(self.data.kind)
-        tags = {**super().final_tags(), **{f"test/{n}": f"test_{n}" for n in names},
-                **{f"test/{n}_mc": f"test_{n}_mc" for n in names}}
-        if self.data.kind == CLASSIFICATION:
-            tags["test/ece_mc_minus_ws"] = "test_ece_mc_minus_ws"
+        tags = {**super().final_tags(), **{f"test/{n}": f"test_{n}" for n in names}}
+        if self.cfg.eval.mode == "mc":  # MC's only where the test runs it
+            tags.update({f"test/{n}_mc": f"test_{n}_mc" for n in names})
+            if self.data.kind == CLASSIFICATION:
+                tags["test/ece_mc_minus_ws"] = "test_ece_mc_minus_ws"
         return tags
 
 
