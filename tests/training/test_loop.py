@@ -58,3 +58,12 @@ def test_bars_are_drawn_on_a_terminal_unless_asked(monkeypatch):
         monkeypatch.setattr(bars.sys.stderr, "isatty", lambda terminal=terminal: terminal)
         assert bars.bars_shown("auto") is terminal
         assert bars.bars_shown(True) and not bars.bars_shown(False)
+
+
+def test_a_capped_run_is_suggested_no_first_run(estimate_of, monkeypatch):
+    """A smoke run (trainer.max_steps, capped data) is capped already: on a slow machine the README's first run itself
+    would otherwise be told to run itself."""
+    monkeypatch.setattr(loop.time, "perf_counter", iter([10.0, 10.0 + loop.RunEstimate.TIMED * 2.0]).__next__)
+    estimate = loop.RunEstimate(150, "150 steps, trainer.max_steps", None)
+    line = [estimate.step() for _ in range(loop.RunEstimate.TIMED + 1)][-1]
+    assert line.endswith("takes about 5 minutes here")

@@ -112,19 +112,20 @@ def run_steps(batches: Iterable, step: Step, sums: EpochSums, log_every: int, on
 
 class RunEstimate:
     """On the CPU, how long the whole run's training will take, said once its first steps are timed: a preset meant
-    for a GPU can take a day there, and the user should know in the first minute, with a run that fits. Said once per
-    process: the jobs of a sweep, or an Optuna search's trials, run one after another in it."""
+    for a GPU can take a day there, and the user should know in the first minute, with a run that fits (``first_run``;
+    None for a run capped already, a smoke run). Said once per process: the jobs of a sweep, or an Optuna search's
+    trials, run one after another in it."""
 
     TIMED = 3  # steps timed after the first (which warms up)
     SHORT = 120  # seconds of training below which no shorter first run is suggested
     said = False  # by a run of this process already
 
-    def __init__(self, steps_left: int, length: str, first_run: str):
+    def __init__(self, steps_left: int, length: str, first_run: str | None):
         self.steps_left, self.length, self.first_run = steps_left, length, first_run
         self.seen, self.start = 0, None
 
     @classmethod
-    def of_run(cls, trainer, progress: Progress, steps_per_epoch: int, first_run: str) -> RunEstimate:
+    def of_run(cls, trainer, progress: Progress, steps_per_epoch: int, first_run: str | None) -> RunEstimate:
         """The estimate of a run's training from ``progress`` on (``trainer``: its ``trainer.*`` config)."""
         steps_left = progress.steps_left(trainer, steps_per_epoch)
         return cls(steps_left, run_length(trainer, steps_per_epoch), first_run)
@@ -141,7 +142,9 @@ class RunEstimate:
         seconds = per_step * self.steps_left
         line = (f"on the CPU a step takes {per_step:.2f} s: this run's training ({self.length}) takes about "
                 f"{duration(seconds)} here")
-        return line if seconds < self.SHORT else f"{line}. A first run that ends in about a minute: {self.first_run}"
+        if seconds < self.SHORT or self.first_run is None:
+            return line
+        return f"{line}. A first run that ends in about a minute: {self.first_run}"
 
 
 def duration(seconds: float) -> str:

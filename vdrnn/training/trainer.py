@@ -98,6 +98,7 @@ class EpochTrainer:
                  n_params / 1e6, cfg.dropout.scheme, self.device, self.folder.path)
         if self.device.type == "cpu":  # says after a few steps how long the run takes here
             self.estimate = RunEstimate.of_run(cfg.trainer, self.progress, self.steps_per_epoch(),
+                                               None if self.task.is_smoke(self.raw_config) else
                                                self.task.first_run(cfg.data.name))
         while not self.progress.done(cfg.trainer, self.stopped_early()):
             with self.stops.during_steps():
