@@ -191,3 +191,19 @@ def test_a_corpus_beside_the_user_trains_under_chdir_and_evaluates_where_its_yam
     shown = yaml.safe_load(run_cli("eval", "checkpoint=run/best.pt", "--cfg", "job", cwd=tmp_path).stdout)
     assert shown["model"]["hidden_size"] == 8 and shown["data"]["name"] == "tinywords"
     assert shown["checkpoint"] == "run/best.pt"
+
+
+def test_a_reader_python_cannot_import_is_refused_saying_where_it_may_be(tmp_path, monkeypatch):
+    raw = to_container(composed())
+    raw["data"].update(name="mycorpus", reader="mycorpus_reader")
+    with pytest.raises(Exception, match=r"data.reader=mycorpus_reader is not a module Python can import: it must be a "
+                                        r"module of the folder vdrnn is launched from, or of a folder on PYTHONPATH"):
+        task_of(raw).parse(raw)
+    raw["data"]["reader"] = str(tmp_path / "readers" / "mycorpus.py")
+    with pytest.raises(Exception, match=r"data.reader=.*mycorpus.py is not a file"):
+        task_of(raw).parse(raw)
+    (tmp_path / "readers").mkdir()
+    (tmp_path / "readers" / "mycorpus.py").write_text(textwrap.dedent(CORPUS_READER))
+    task = task_of(raw)
+    module = task.reader(task.parse(raw).data)  # a file's path: loaded from it
+    assert module.__file__ == raw["data"]["reader"] and callable(module.read)
