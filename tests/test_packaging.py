@@ -30,7 +30,7 @@ def test_every_package_folder_is_listed_for_the_wheel():
 def test_the_distribution_is_named_apart_from_pypis_vdrnn_and_versioned_once():
     # PyPI's `vdrnn` is an unrelated project; the import package and the command keep the name.
     assert PROJECT["name"] == DISTRIBUTION != "vdrnn"
-    assert PROJECT["scripts"] == {"vdrnn": "vdrnn.cli:main"}
+    assert PROJECT["scripts"] == {"vdrnn": "vdrnn.__main__:main"}
     assert "version" not in PROJECT and "version" in PROJECT["dynamic"]
     assert PROJECT["license"] == "MIT" and (REPO / "LICENSE").read_text().startswith("MIT License")
 

@@ -78,6 +78,12 @@ def eval_run(raw: dict[str, Any], trained: dict[str, Any], given: set[str], path
     refusal blamed where it lies: on the command line's own values, on the checkpoint's settings (a CheckpointError:
     saved by another vdrnn version, or not by vdrnn), or on the two together."""
     task_of(raw).parse(raw)
+    reader = trained.get("data", {}).get("reader")
+    if reader and "data.reader" not in given and raw["data"].get("reader") != reader:
+        # A checkpoint chooses no code to import: the reader its run used must come from this command line.
+        raise ConfigError(f"checkpoint {path} was trained on dataset {trained['data'].get('name')!r}, read by "
+                          f"data.reader={reader}, and a checkpoint does not choose the code vdrnn imports: give "
+                          f"data.reader={reader} (from the folder that run was launched from) to use that reader")
     try:
         task = task_of(trained)
         task.parse(eval_config(raw, trained, set()))

@@ -169,8 +169,8 @@ def test_a_dataset_without_a_reader_is_refused_naming_the_module_to_add():
 @pytest.mark.slow
 def test_a_corpus_beside_the_user_trains_under_chdir_and_evaluates_where_its_yaml_says(tmp_path):
     """From the folder that holds the reader module (no PYTHONPATH), under hydra.job.chdir=true, with the data and the
-    checkpoint given relative to it; `vdrnn eval` keeps the data.root of the dataset's YAML (its command line composes
-    PTB's), and its --cfg job shows the checkpoint's settings it runs with."""
+    checkpoint given relative to it; `vdrnn eval` imports the reader the checkpoint names only when its command line
+    gives it, keeps the checkpoint's data.root, and its --cfg job shows the checkpoint's settings it runs with."""
     (tmp_path / "words").mkdir()
     for split, lines in (("train", 60), ("valid", 8), ("test", 8)):
         (tmp_path / "words" / f"{split}.txt").write_text("".join(f" w{i % 7} w{(i + 1) % 7} \n" for i in range(lines)))
@@ -185,10 +185,13 @@ def test_a_corpus_beside_the_user_trains_under_chdir_and_evaluates_where_its_yam
     content = events_of(tmp_path / "run").PluginTagToContent("hparams")["_hparams_/experiment"]
     tags = {info.name.tag for info in plugin_data_pb2.HParamsPluginData.FromString(content).experiment.metric_infos}
     assert "test/ppl" in tags and not [tag for tag in tags if tag.endswith("_mc")]
-    run_cli("eval", "checkpoint=run/best.pt", "hydra.job.chdir=true", "hydra.run.dir=scored", cwd=tmp_path)
+    refused = run_cli("eval", "checkpoint=run/best.pt", cwd=tmp_path, check=False)
+    assert refused.returncode == 2 and "data.reader=tinywords_reader" in refused.stderr
+    assert "Traceback" not in refused.stderr  # a checkpoint names its reader, but only the command line imports one
+    run_cli("eval", "data.reader=tinywords_reader", "checkpoint=run/best.pt", "hydra.job.chdir=true", "hydra.run.dir=scored", cwd=tmp_path)
     scored = json.loads((tmp_path / "scored" / "eval.json").read_text())
     assert scored["test_ppl"] == pytest.approx(run["test_ppl"], rel=1e-4)
-    shown = yaml.safe_load(run_cli("eval", "checkpoint=run/best.pt", "--cfg", "job", cwd=tmp_path).stdout)
+    shown = yaml.safe_load(run_cli("eval", "data.reader=tinywords_reader", "checkpoint=run/best.pt", "--cfg", "job", cwd=tmp_path).stdout)
     assert shown["model"]["hidden_size"] == 8 and shown["data"]["name"] == "tinywords"
     assert shown["checkpoint"] == "run/best.pt"
 
