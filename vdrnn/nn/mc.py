@@ -15,6 +15,7 @@ read in many minibatches.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -93,12 +94,42 @@ class MCPrediction:
 
     def mutual_information(self) -> torch.Tensor:
         """H[mean] - 1/S sum_s H[p_s] >= 0: how much the sampled models disagree, the epistemic part [...]."""
-        return self.predictive_entropy() - self.expected_entropy()
+        return mutual_information(self.mean, self.expected_entropy())
 
 
 def entropy(p: torch.Tensor) -> torch.Tensor:
     """-sum p log p over the last dimension, with 0 log 0 = 0."""
     return -torch.special.xlogy(p, p).sum(-1)
+
+
+def mutual_information(mean: torch.Tensor, expected_entropy: torch.Tensor) -> torch.Tensor:
+    """I[y; w] = H[1/S sum_s p_s] - 1/S sum_s H[p_s] (BALD, Houlsby et al. 2011) from the samples' average ``mean``
+    [..., C] and their mean entropy [...]: the part of the total uncertainty that the sampled models' disagreement
+    makes, zero where they all agree and at most log C. Those who stream the samples pass their running sums here."""
+    return entropy(mean) - expected_entropy
+
+
+def arithmetic_log_mean(log_probs: torch.Tensor, dim: int) -> torch.Tensor:
+    """log 1/S sum_s p_s: the mixture of the samples (Gal's MC estimate of the predictive distribution), in log space,
+    so that a class every sample all but rules out keeps a finite log-probability."""
+    return log_probs.logsumexp(dim) - math.log(log_probs.shape[dim])
+
+
+def geometric_log_mean(log_probs: torch.Tensor, dim: int) -> torch.Tensor:
+    """log of the normalised geometric mean, prod_s p_s^(1/S) / Z: the average of the log-probabilities, renormalised
+    (Melis et al. 2018 compare it with the arithmetic mean). For softmax samples p_s = softmax(z_s) it is
+    softmax(1/S sum_s z_s): each sample's log-normaliser is the same for every class and cancels."""
+    return log_probs.mean(dim).log_softmax(-1)
+
+
+AVERAGES = {"arithmetic": arithmetic_log_mean, "geometric": geometric_log_mean}  # eval.average -> how samples combine
+
+
+def log_predictive(logits: torch.Tensor, dim: int = 0, average: str = "arithmetic",
+                   temperature: float = 1.0) -> torch.Tensor:
+    """log p_MC(y | x) of the samples' logits along ``dim``, each tempered (softmax(z_s / T), Guo et al. 2017) and then
+    averaged as ``average`` says (:data:`AVERAGES`); float64, over the last dimension."""
+    return AVERAGES[average]((logits.double() / temperature).log_softmax(-1), dim)
 
 
 def default_batch_dim(model: nn.Module) -> int:
