@@ -240,11 +240,12 @@ def eval_command(cfg: DictConfig) -> None:
         raise SystemExit(130) from None
     except Exception as err:
         _crashed(err, cfg, run_dir)
-    # The numbers on the terminal; the config and the reliability diagrams' bins only in the file.
+    # The numbers on the terminal; the config, the reliability diagrams' bins and the retention curves only in the file.
     print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, dict) and not
                       (isinstance(v, list) and len(v) > 2)}, indent=2))
-    kept = "the reliability bins and the config it ran" if "test_reliability" in metrics else "the config it ran"
-    print(f"{task.headline(metrics)}; written to {out}, with {kept}")
+    curves = [what for key, what in (("test_reliability", "the reliability bins"),
+                                     ("test_retention_curves", "the retention curves")) if key in metrics]
+    print(f"{task.headline(metrics)}; written to {out}, with {', '.join([*curves, 'the config it ran'])}")
 
 
 def _print_help(command: str, overrides: list[str]) -> None:

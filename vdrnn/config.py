@@ -146,6 +146,10 @@ class TrainerConfig:
         return self.lr / self.lr_decay ** max(0, epoch - self.lr_decay_start - 1)
 
 
+# eval.average -> how MC dropout combines its samples' distributions (vdrnn.nn.mc.AVERAGES)
+AVERAGES = ("arithmetic", "geometric")
+
+
 @dataclass(frozen=True)
 class EvalConfig:
     mode: str = "scale"
@@ -153,6 +157,9 @@ class EvalConfig:
     batch: int = 1000
     word_dropout: bool = False
     mc_masks: str = "stream"
+    average: str = "arithmetic"
+    dropout_scale: float = 1.0
+    temperature: float | str = 1.0
 
     def __post_init__(self) -> None:
         if self.mode not in ("scale", "mc"):
@@ -161,6 +168,17 @@ class EvalConfig:
             raise ConfigError(f"eval.mc_masks={self.mc_masks!r}; choose `stream` (Gal) or `minibatch`")
         if self.samples < 1 or self.batch < 1:
             raise ConfigError("eval.samples and eval.batch must be at least 1")
+        if self.average not in AVERAGES:
+            raise ConfigError(f"eval.average={self.average!r}; choose `arithmetic` (the mean of the samples' "
+                              f"probabilities, Gal's) or `geometric` (of their log-probabilities, renormalised)")
+        if not self.dropout_scale > 0:  # NaN too
+            raise ConfigError(f"eval.dropout_scale={self.dropout_scale} must be > 0: it multiplies every dropout "
+                              f"probability in the MC passes (1: the trained ones; weight scaling is eval=scale)")
+        if isinstance(self.temperature, str) and self.temperature != "fit":
+            raise ConfigError(f"eval.temperature={self.temperature!r}; give a number > 0 (1: none) or `fit` (the one "
+                              f"that minimises the validation NLL)")
+        if not isinstance(self.temperature, str) and not self.temperature > 0:
+            raise ConfigError(f"eval.temperature={self.temperature} must be > 0 (1: none), or `fit`")
 
 
 # What a config field's annotation accepts, and how an error names it. Bools are not numbers here, though Python
@@ -355,6 +373,36 @@ def dropout_from(raw: dict[str, Any], model: ModelConfig) -> DropoutConfig:
                           f"has none: set dropout.hidden=null (dropout.input drops the one layer's input), or "
                           f"model.num_layers=2 or more")
     return dropout
+
+
+def eval_from(raw: dict[str, Any], dropout: DropoutConfig) -> EvalConfig:
+    """The ``eval`` group of a run, its dropout scale checked against the probabilities it scales."""
+    evaluation = build(EvalConfig, raw["eval"], "eval")
+    problem = dropout_scale_problem(evaluation.dropout_scale, dropout)
+    if problem:
+        raise ConfigError(f"eval.dropout_scale={evaluation.dropout_scale:g} {problem}")
+    return evaluation
+
+
+def dropout_scale_problem(scale: float, dropout: DropoutConfig) -> str | None:
+    """Why ``eval.dropout_scale`` cannot scale ``dropout``'s probabilities, or None. A scheme that learns its noise
+    keeps the learned levels in the checkpoint's weights, not in the config, so scaling the config would change nothing
+    the passes draw: refused rather than ignored."""
+    if scale == 1:
+        return None
+    entry = SCHEMES[dropout.scheme]
+    if dropout.learn_alpha or entry.learns_rates:
+        learner = "dropout.learn_alpha=true" if dropout.learn_alpha else f"dropout={dropout.scheme}"
+        return (f"multiplies the dropout probabilities of the config, and under {learner} the model's noise levels are "
+                f"learned weights of the checkpoint, which it would leave as they are: drop eval.dropout_scale")
+    used = dropout.used()
+    if not used:
+        return "multiplies the dropout probabilities, and this model has none (all 0): drop eval.dropout_scale"
+    site, p = max(used.items(), key=lambda item: item[1])
+    if p * scale >= 1:
+        return (f"makes dropout.{site}={p:g} a probability of {p * scale:g}, and a probability must stay below 1: use "
+                f"a scale below {1 / p:.4g}")
+    return None
 
 
 def option_defaults(cfg) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from vdrnn.tasks import TASKS, Task, task_of
 # terminal shows but not the model (batch sizes, precision, implementation, progress bars).
 EVAL_ALWAYS = ("device", "seed", "checkpoint", "data.root", "data.reader")
 EVAL_WHEN_GIVEN = ("eval", "data.eval_batch_size", "trainer.amp", "model.impl", "trainer.progress")
-MC_ONLY = ("eval.samples", "eval.batch", "eval.word_dropout", "eval.mc_masks")
+MC_ONLY = ("eval.samples", "eval.batch", "eval.word_dropout", "eval.mc_masks", "eval.average", "eval.dropout_scale")
 
 
 def eval_changes(task: Task) -> tuple[str, ...]:

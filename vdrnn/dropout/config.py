@@ -6,7 +6,7 @@ scheme's ``between``, ``dropout.locked_mask=sample`` its ``per="sequence"``, ...
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 
 from vdrnn.dropout.masks import NOISES
@@ -169,6 +169,15 @@ class DropoutConfig:
             raise ConfigError(f"{learner} learns the noise of dropout.{', dropout.'.join(LEARNED_SITES)}, and all are "
                               f"0: there is nothing to learn. Set one of them (e.g. `dropout.input=0.3`, the starting "
                               f"point) or drop {'learn_alpha' if self.learn_alpha else 'the scheme'}")
+
+    def used(self) -> dict[str, float]:
+        """Each site's probability where it is not zero."""
+        return {site: p for site in SITES if (p := getattr(self, site))}
+
+    def scaled(self, factor: float) -> DropoutConfig:
+        """These settings with every probability times ``factor`` (``eval.dropout_scale``, Melis et al.'s dropout
+        multiplier at evaluation)."""
+        return replace(self, **{site: p * factor for site, p in self.used().items()})
 
     def scheme_object(self) -> Scheme | None:
         """The :mod:`vdrnn.nn` scheme these settings choose, or None for ``dropout=none``."""

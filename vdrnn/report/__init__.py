@@ -20,8 +20,11 @@ a line per run (both ECEs, the floor a calibrated predictor would score, the MC 
 difference with its 95% interval) and, for a row of several seeds, a line of their means (the difference with a
 95% interval over the seeds), and reliability diagrams, a panel per row.
 
+IMDB runs also get the selective-prediction table and retention curves (:mod:`~vdrnn.report.uncertainty`).
+
 Evaluations (``vdrnn eval``'s ``eval.json`` under the folders) get a table per dataset, a line each: the model
-scored, named as above, the checkpoint and epoch, the mode (weight scaling, or MC and its passes) and the numbers.
+scored, named as above, the checkpoint and epoch, the mode (weight scaling, or MC, its passes and how they were
+averaged) and the numbers.
 """
 
 from __future__ import annotations

@@ -50,13 +50,21 @@ def shown_checkpoint(checkpoint: str, root: Path) -> str:
 
 def evaluation_mode(config: dict[str, Any]) -> str:
     """How `vdrnn eval` scored: ``weight scaling``, or ``MC, 1000 passes`` and what departs from Gal's MC test
-    (word-type dropout kept on; masks redrawn every minibatch instead of kept for the stream)."""
+    (word-type dropout kept on; masks redrawn every minibatch instead of kept for the stream; the geometric average;
+    the dropout probabilities scaled), and ``temperature fitted`` or given where not 1 (the temperature columns give
+    its values)."""
     eval_settings = config.get("eval", {})
+    temperature = eval_settings.get("temperature", 1)
+    tempered = [] if temperature == 1 else ["temperature fitted" if temperature == "fit" else
+                                            f"temperature {temperature:g}"]
     if eval_settings.get("mode") != "mc":
-        return "weight scaling"
+        return ", ".join(["weight scaling", *tempered])
+    scale = eval_settings.get("dropout_scale", 1)
     notes = [note for note, on in (("word-type dropout on", eval_settings.get("word_dropout")),
-                                   ("masks per minibatch", eval_settings.get("mc_masks") == "minibatch")) if on]
-    return f"MC, {eval_settings.get('samples')} passes" + "".join(f", {note}" for note in notes)
+                                   ("masks per minibatch", eval_settings.get("mc_masks") == "minibatch"),
+                                   ("geometric average", eval_settings.get("average") == "geometric"),
+                                   (f"dropout x{scale:g}", scale != 1)) if on]
+    return ", ".join([f"MC, {eval_settings.get('samples')} passes", *notes, *tempered])
 
 
 def evaluation_columns(metrics: list[Metric]) -> list[str]:

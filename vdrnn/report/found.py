@@ -73,17 +73,19 @@ def read_metrics(path: Path) -> dict[str, Any]:
 STATUSES = ("finished", "failed", "running", "stopped")
 # Entries the tables read, by what they must be (a number may also be null: not measured).
 NUMBER_ENTRIES = ("epochs", "steps", "start_epoch", "epoch", "wps", "train_seconds", "eval_seconds", "mc_seconds",
-                  "mc_samples", "cpu_threads")
+                  "mc_samples", "cpu_threads", "temperature", "temperature_mc")
+NUMBER_PREFIXES = ("valid_", "test_", "best_valid_")
 FLAG_ENTRIES = ("smoke", "time_limited")
 TEXT_ENTRIES = ("reason", "checkpoint", "device")
-RELIABILITY = ("test_reliability", "test_reliability_mc")
+# Curves as lists of numbers under their names: the reliability diagrams' bins and the retention curves.
+CURVES = ("test_reliability", "test_reliability_mc", "test_retention_curves", "test_retention_curves_mc")
 CONFIG_SECTIONS = ("data", "model", "cell", "dropout", "trainer", "eval")
 # Config entries the tables read, with what they must be.
-CONFIG_NUMBERS = ("model.hidden_size", "eval.samples", *(f"dropout.{site}" for site in
+CONFIG_NUMBERS = ("model.hidden_size", "eval.samples", "eval.dropout_scale", *(f"dropout.{site}" for site in
                                                            ("embedding", "input", "hidden", "recurrent", "cell",
                                                             "candidate", "zoneout_cell", "zoneout_hidden", "output",
                                                             "weight")))
-CONFIG_TEXTS = ("data.name", "data.task", "dropout.scheme", "cell.type", "cell.gates", "eval.mode")
+CONFIG_TEXTS = ("data.name", "data.task", "dropout.scheme", "cell.type", "cell.gates", "eval.mode", "eval.average")
 
 
 def is_number(value: Any) -> bool:
@@ -97,12 +99,12 @@ def record_problem(metrics: Any) -> str | None:
     if metrics.get("status", FINISHED) not in STATUSES:
         return f"its status is {metrics.get('status')!r}, not one of {', '.join(STATUSES)}"
     for key, value in metrics.items():
-        if key in RELIABILITY:
+        if key in CURVES:
             wrong = not (isinstance(value, dict) and all(isinstance(v, list) and all(map(is_number, v))
                                                          for v in value.values()))
         elif key.endswith("_ci"):
             wrong = not (isinstance(value, list) and all(map(is_number, value)))
-        elif key in NUMBER_ENTRIES or key.startswith(("valid_", "test_", "best_valid_")):
+        elif key in NUMBER_ENTRIES or key.startswith(NUMBER_PREFIXES):
             wrong = not is_number(value)
         elif key in FLAG_ENTRIES:
             wrong = not isinstance(value, bool)
@@ -129,6 +131,9 @@ def config_problem(config: Any) -> str | None:
                 return f"its config's {key} is not {what}"
     if not is_number(config.get("seed")) or isinstance(config.get("seed"), float):
         return "its config's seed is not an integer"
+    temperature = config["eval"].get("temperature") if isinstance(config.get("eval"), dict) else None
+    if not (is_number(temperature) or temperature == "fit"):
+        return "its config's eval.temperature is neither a number nor fit"
     return paper_problem(config.get("paper"))
 
 

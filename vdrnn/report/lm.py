@@ -137,19 +137,22 @@ def collect(found: list[tuple[Path, dict[str, Any]]], pooled: tuple[str, ...] = 
 
 
 CALIBRATION_COLUMNS = ["row", "size", "dropout", "seeds", "test ppl", "ECE", "Brier", "entropy", "MC test ppl",
-                       "MC ECE", "MC Brier", "MC entropy", "MC samples", "MC seconds"]
+                       "MC ECE", "MC Brier", "MC entropy", "MC aleatoric", "MC epistemic", "MC samples", "MC seconds"]
 
 
 def calibration_table(rows: list[PtbRow]) -> list[list[str]]:
     """What MC dropout buys beyond perplexity, a line per row whose runs were scored for calibration: the test's
-    next-token predictions by weight scaling and by MC (top-1 ECE, Brier score, entropy in nats), with the MC test's
-    samples and seconds."""
+    next-token predictions by weight scaling and by MC (top-1 ECE, Brier score, entropy in nats), MC's entropy split
+    into its aleatoric and epistemic parts (nats per token; MC's entropy is their sum where it averages
+    arithmetically), with the MC test's samples and seconds."""
     lines = []
     for row in rows:
         cells = [mean_std(row.values(f"test_{key}{mc}"), digits, runs=len(row.runs))
                  for mc in ("", "_mc") for key, digits in (("ppl", 2), ("ece", 4), ("brier", 4), ("entropy", 3))]
+        parts = [mean_std(row.values(f"test_uncertainty_{part}_mc"), 4, runs=len(row.runs))
+                 for part in ("aleatoric", "epistemic")]
         samples = sorted({str(run["mc_samples"]) for run in row.runs if "mc_samples" in run})
-        lines.append([row.label, row.size, dropout_cell(row.dropout, row.runs), row.seeds_cell(), *cells,
+        lines.append([row.label, row.size, dropout_cell(row.dropout, row.runs), row.seeds_cell(), *cells, *parts,
                       ", ".join(samples) or "–", mean_std(row.values("mc_seconds"), 1, runs=len(row.runs))])
     return lines
 
@@ -188,7 +191,11 @@ def write(collected: dict[str, list[PtbRow]], out: Path) -> tuple[list[str], lis
 EVALUATION_METRICS: list[Metric] = [("valid_ppl", "valid", 1, False), ("test_ppl", "test", 1, False),
                                     ("test_ppl_mc", "MC test", 1, False), ("test_ece", "ECE", 4, False),
                                     ("test_ece_mc", "MC ECE", 4, False), ("test_brier", "Brier", 4, False),
-                                    ("test_brier_mc", "MC Brier", 4, False), ("mc_seconds", "MC seconds", 1, False)]
+                                    ("test_brier_mc", "MC Brier", 4, False), ("temperature", "T", 3, False),
+                                    ("temperature_mc", "MC T", 3, False),
+                                    ("test_uncertainty_aleatoric_mc", "MC aleatoric", 4, False),
+                                    ("test_uncertainty_epistemic_mc", "MC epistemic", 4, False),
+                                    ("mc_seconds", "MC seconds", 1, False)]
 
 
 def evaluated_model(evaluation: dict[str, Any]) -> tuple[str, str]:
@@ -235,8 +242,9 @@ def plot_mc_samples(curves: dict[str, list[tuple[int, dict[str, Any]]]], path: P
 
 
 def write_evaluations(evaluations: list[tuple[Path, dict[str, Any]]], out: Path) -> tuple[list[str], list[Path]]:
-    """A table per corpus of the `vdrnn eval`s of its checkpoints, and where a checkpoint was scored by MC at several
-    sample counts, the curves of what the samples cost and buy (``{corpus}_mc_samples.png``)."""
+    """A table per corpus of the `vdrnn eval`s of its checkpoints (their MC settings side by side: ``vdrnn eval -m``
+    over eval.average, eval.dropout_scale and eval.temperature gives a line each), and where a checkpoint was scored
+    by MC at several sample counts, the curves of what the samples cost and buy (``{corpus}_mc_samples.png``)."""
     texts, written = [], []
     for dataset, found in by_dataset(evaluations).items():
         text = write_table(evaluation_table(found, EVALUATION_METRICS, evaluated_model),

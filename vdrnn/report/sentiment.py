@@ -30,6 +30,7 @@ from vdrnn.report.sentiment_calibration import (
     plot_reliability,
 )
 from vdrnn.report.tables import write_table
+from vdrnn.report.uncertainty import write_selective
 from vdrnn.tasks.sentiment import TASK
 
 # A row's overrides column leaves out what does not change its numbers, as its grouping does (the task's
@@ -138,13 +139,25 @@ def write(collected: dict[str, list[SentimentRow]], out: Path) -> tuple[list[str
             plot_reliability(rows, out / f"{dataset}_reliability.png")
             written += [out / f"{dataset}_calibration.md", out / f"{dataset}_calibration.csv",
                         out / f"{dataset}_reliability.png"]
+        selective_texts, selective_files = write_selective(rows, dataset, out)
+        texts += selective_texts
+        written += selective_files
     return texts, written
+
+
+# A classifier's evaluations also give the temperatures, MC's epistemic uncertainty per review, and the retention
+# area of the usual score of each predictor (the selective table has every score's, for training runs).
+CLASSIFIER_EVALUATION = [("temperature", "T", 3, False), ("temperature_mc", "MC T", 3, False),
+                         ("test_uncertainty_epistemic_mc", "MC epistemic", 4, False),
+                         ("test_retention_area_entropy", "entropy area", 4, False),
+                         ("test_retention_area_mutual_information_mc", "MC MI area", 4, False)]
 
 
 def evaluation_metrics(kind: str) -> list[Metric]:
     """A dataset's test metrics with weight scaling and then with MC, as its training table has them."""
     return [(f"test_{key}{suffix}", prefix + title, digits, percent)
-            for suffix, prefix in (("", ""), ("_mc", "MC ")) for key, title, digits, percent in METRICS[kind]]
+            for suffix, prefix in (("", ""), ("_mc", "MC ")) for key, title, digits, percent in METRICS[kind]] + \
+        (CLASSIFIER_EVALUATION if kind == "classification" else [])
 
 
 def evaluated_model(evaluation: dict[str, Any]) -> tuple[str, str]:

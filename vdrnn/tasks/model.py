@@ -10,6 +10,7 @@ from torch import nn
 
 if TYPE_CHECKING:
     from vdrnn.config import ModelConfig
+    from vdrnn.dropout.config import DropoutConfig
     from vdrnn.nn.rnn import RecurrentBase
 
 
@@ -22,6 +23,20 @@ class RecurrentModel(nn.Module):
     @property
     def output_layer(self) -> nn.Linear:
         raise NotImplementedError
+
+    def rebuilt(self, dropout: DropoutConfig) -> RecurrentModel:
+        """A model of this one's class and sizes with the dropout settings ``dropout``, freshly initialized."""
+        raise NotImplementedError
+
+    def with_dropout(self, dropout: DropoutConfig) -> RecurrentModel:
+        """This network with other dropout probabilities (``eval.dropout_scale``): built anew from ``dropout`` on this
+        one's device, its weights copied from this one. Building draws an initialization; the random generators are
+        put back after, so that the MC passes that follow draw the masks they would have drawn."""
+        device = next(self.parameters()).device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), device:
+            twin = self.rebuilt(dropout)
+        twin.load_state_dict(self.state_dict())
+        return twin.train(self.training)
 
     @property
     def noise_scales(self) -> nn.Module | None:

@@ -16,6 +16,7 @@ from vdrnn.training.optim import WeightAverage, has_average
 
 if TYPE_CHECKING:
     from vdrnn.tasks.base import Task
+    from vdrnn.tasks.model import RecurrentModel
 
 log = logging.getLogger("vdrnn")
 
@@ -58,6 +59,13 @@ def evaluate_checkpoint(task: Task, cfg, path: Path, payload: dict[str, Any]) ->
     load_evaluation_weights(model, payload, path)
     return {**task.evaluate_model(model, data, cfg), "checkpoint": str(path), "epoch": payload["epoch"],
             "device": device_name(device)}
+
+
+def mc_model(model: RecurrentModel, cfg) -> RecurrentModel:
+    """The model MC dropout samples: ``model``, or under ``eval.dropout_scale`` its twin with every dropout
+    probability scaled (weight scaling does not depend on them)."""
+    scale = cfg.eval.dropout_scale
+    return model if scale == 1 else model.with_dropout(cfg.dropout.scaled(scale))
 
 
 def samples_side_by_side(model, batch: int, word_dropout: bool) -> int:

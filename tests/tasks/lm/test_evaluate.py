@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import torch
 import vdrnn.nn as vnn
 from vdrnn.config import ModelConfig
 from vdrnn.dropout.config import DropoutConfig
-from vdrnn.tasks.lm.evaluate import mc_perplexity, perplexity
+from vdrnn.tasks.lm.evaluate import mc_perplexity, perplexity, ws_nll_at
 from vdrnn.tasks.lm.model import LanguageModel
 
 V = 12
@@ -305,3 +306,103 @@ def test_mc_calibration_scores_the_mean_of_the_samples_probabilities(batch, repl
     scores = calibration.summary()
     assert scores["ece"] == pytest.approx(abs(right - confidence.item()), abs=1e-6)
     assert scores["entropy"] == pytest.approx(-(mean * mean.log()).sum().item(), rel=1e-5)
+
+
+# ----------------------------------------------------------------------------- the MC average every way, decomposed
+def mc_reference_logits(model, stream: torch.Tensor, samples: int, batch: int) -> torch.Tensor:
+    """Every sample's logits [T, S, V], drawn as mc_reference draws them (a pass of up to ``batch`` samples reads the
+    whole stream in one call)."""
+    logits, done = [], 0
+    with torch.no_grad():
+        while done < samples:
+            k = min(batch, samples - done)
+            with vnn.mc_dropout(model, embedding=False):
+                out, _ = model(stream[:-1, None].expand(-1, k), model.initial_state(k, "cpu"))
+            logits.append(out)
+            done += k
+    return torch.cat(logits, dim=1)
+
+
+@pytest.mark.parametrize("average", ["arithmetic", "geometric"])
+@pytest.mark.parametrize("batch, temperature", [(4, 1.0), (2, 1.7)], ids=["one-pass", "several-passes-tempered"])
+def test_mc_perplexity_calibration_and_decomposition_are_those_of_the_full_distributions(trained, average, batch,
+                                                                                         temperature):
+    """The streamed sums (ReplicaSums) against the slow path: every sample's whole distribution kept, then averaged
+    (log_predictive), scored (token_scores) and decomposed (MCPrediction)."""
+    from vdrnn.calibration import Calibration, token_scores
+    from vdrnn.nn.mc import MCPrediction, log_predictive
+    from vdrnn.uncertainty import Decomposition
+
+    torch.manual_seed(4)
+    calibration, decomposition = Calibration(), Decomposition()
+    got = mc_perplexity(trained, COUNTING, samples=4, batch=batch, bptt=7, calibration=calibration,
+                        decomposition=decomposition, average=average, temperature=temperature)
+    torch.manual_seed(4)
+    logits = mc_reference_logits(trained, COUNTING, samples=4, batch=batch)
+    log_p = log_predictive(logits, 1, average, temperature)  # [T, V]
+    targets = COUNTING[1:]
+    assert got == pytest.approx(math.exp(-log_p.gather(1, targets[:, None]).mean().item()), rel=1e-5)
+    expected_calibration = Calibration()
+    expected_calibration.add(*token_scores(log_p.exp(), targets))
+    for key in ("ece", "brier", "entropy"):
+        assert calibration.summary()[key] == pytest.approx(expected_calibration.summary()[key], rel=1e-4, abs=1e-6)
+    samples = (logits.double() / temperature).softmax(-1).movedim(1, 0)  # [S, T, V]
+    mc, expected_parts = MCPrediction(samples.mean(0), samples), Decomposition()
+    expected_parts.add(mc.mean, mc.expected_entropy())
+    assert decomposition.summary() == pytest.approx(expected_parts.summary(), rel=1e-4, abs=1e-6)
+    assert decomposition.summary()["uncertainty_epistemic"] > 1e-3  # the samples do disagree (measured: ~0.05)
+
+
+def test_without_dropout_every_average_is_weight_scaling_and_nothing_is_epistemic():
+    from vdrnn.uncertainty import Decomposition
+
+    model = model_with("none")
+    stream = torch.randint(0, V, (40,))
+    for average in ("arithmetic", "geometric"):
+        decomposition = Decomposition()
+        ppl = mc_perplexity(model, stream, samples=3, batch=2, bptt=8, decomposition=decomposition, average=average)
+        assert ppl == pytest.approx(perplexity(model, stream, 1, 8), rel=1e-6)
+        assert decomposition.summary()["uncertainty_epistemic"] == pytest.approx(0, abs=1e-6)
+
+
+def test_the_mc_temperature_fit_replays_its_masks_and_finds_the_brute_force_minimum(trained):
+    """eval.temperature=fit on a stream: each grid's NLLs come from the same masks (the seeded fork), so the fit is the
+    minimum of one function of T, which a brute-force grid finds too; the draws after the fit are those before."""
+    from vdrnn.tasks.lm.data import TokenStreams
+    from vdrnn.tasks.lm.evaluate import evaluation_temperatures, mc_nll_at
+
+    corpus = TokenStreams([str(v) for v in range(V)], COUNTING, COUNTING, COUNTING)
+    cfg = SimpleNamespace(seed=7, data=SimpleNamespace(eval_batch_size=2, bptt=7), trainer=SimpleNamespace(amp="off"),
+                          eval=SimpleNamespace(temperature="fit", samples=3, batch=3, word_dropout=False,
+                                               mc_masks="stream", average="arithmetic", mode="mc"))
+    torch.manual_seed(0)
+    ws, mc = evaluation_temperatures(trained, trained, corpus, cfg)
+    after = torch.rand(3)
+    torch.manual_seed(0)
+    assert torch.equal(torch.rand(3), after)  # the fit drew from a fork
+    grid = torch.logspace(-1.2, 0.5, 601, dtype=torch.float64)  # 0.063 .. 3.2, 0.65% a step
+    torch.manual_seed(cfg.seed)
+    nll = mc_nll_at(trained, COUNTING, 3, 3, 7, grid)
+    assert abs(math.log(mc) - math.log(grid[int(nll.argmin())].item())) < 0.007
+    assert abs(math.log(ws) - math.log(grid[int(ws_nll_at(trained, COUNTING, 2, 7, grid).argmin())].item())) < 0.007
+    assert ws != mc  # two fits: weight scaling's and MC's
+
+
+def test_mc_with_a_dropout_scale_samples_the_model_built_with_those_probabilities(trained):
+    """eval.dropout_scale=0.5 runs the MC passes on a twin of the model whose every probability is halved, its weights
+    the model's; building it draws nothing from the generator the passes draw from."""
+    from vdrnn.training.evaluation import mc_model
+
+    config = DropoutConfig(scheme="variational", embedding=0.2, input=0.3, recurrent=0.3, output=0.3)
+    cfg = SimpleNamespace(dropout=config, eval=SimpleNamespace(dropout_scale=0.5))
+    halved = LanguageModel(V, trained.config, DropoutConfig(scheme="variational", embedding=0.1, input=0.15,
+                                                            recurrent=0.15, output=0.15))
+    halved.load_state_dict(trained.state_dict())
+    torch.manual_seed(2)
+    twin = mc_model(trained, cfg)
+    got = mc_perplexity(twin, COUNTING, samples=4, batch=4, bptt=7)
+    torch.manual_seed(2)
+    assert got == mc_perplexity(halved.eval(), COUNTING, samples=4, batch=4, bptt=7)
+    torch.manual_seed(2)
+    assert got != mc_perplexity(trained, COUNTING, samples=4, batch=4, bptt=7)  # the scale does change the draws
+    assert mc_model(trained, SimpleNamespace(dropout=config, eval=SimpleNamespace(dropout_scale=1.0))) is trained

@@ -522,19 +522,20 @@ def test_a_model_learns_reviews_whose_label_is_one_word_before_the_end(fake_imdb
 
 
 def test_the_final_mc_test_runs_with_the_eval_settings(fake_imdb, tmp_path, monkeypatch):
-    """eval.samples, eval.batch, eval.word_dropout and data.eval_batch_size reach predict_mc for the test reviews."""
+    """eval.samples, eval.batch, eval.word_dropout and data.eval_batch_size reach the MC passes over the test
+    reviews."""
     import inspect
 
     from tests.helpers import train as run
     from vdrnn.tasks.sentiment import predict as predict_module
 
-    calls, real = [], predict_module.predict_mc
+    calls, real = [], predict_module.mc_outputs
 
     def spy(*args, **kwargs):
         calls.append(inspect.signature(real).bind(*args, **kwargs).arguments)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(predict_module, "predict_mc", spy)
+    monkeypatch.setattr(predict_module, "mc_outputs", spy)
     raw = tiny_imdb_config(fake_imdb, "data.eval_batch_size=7", "trainer.epochs=1", "eval=mc", "eval.samples=3",
                            "eval.batch=2", "eval.word_dropout=true")
     run(raw, tmp_path)

@@ -5,7 +5,7 @@
     data.py      a corpus as token streams, cut into parallel columns and BPTT minibatches
     model.py     embedding -> stacked LSTM layers -> decoder, with the dropout scheme's sites
     train.py     truncated BPTT with SGD (Zaremba, Gal), AWD's variable lengths, AR/TAR and NT-ASGD
-    evaluate.py  perplexity with weight scaling and with MC dropout
+    evaluate.py  perplexity with weight scaling and with MC dropout, calibration, the uncertainty's parts
 """
 
 from __future__ import annotations

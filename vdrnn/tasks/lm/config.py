@@ -12,6 +12,7 @@ from vdrnn.config import (
     build,
     check_sections,
     dropout_from,
+    eval_from,
     model_from,
     run_settings,
 )
@@ -75,7 +76,7 @@ def from_dict(raw: dict[str, Any]) -> LMRunConfig:
         model=model,
         dropout=dropout,
         trainer=trainer,
-        eval=build(EvalConfig, raw["eval"], "eval"),
+        eval=eval_from(raw, dropout),
         seed=seed,
         device=device,
         resume=raw.get("resume"),

@@ -40,6 +40,9 @@ class LanguageModel(RecurrentModel):
     def output_layer(self) -> nn.Linear:
         return self.decoder
 
+    def rebuilt(self, dropout: DropoutConfig) -> LanguageModel:
+        return LanguageModel(self.vocab_size, self.config, dropout)
+
     def initial_state(self, batch_size: int, device: torch.device | str):
         return self.rnn.initial_state(batch_size, device)
 

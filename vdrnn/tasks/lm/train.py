@@ -26,6 +26,7 @@ from vdrnn.training.device import autocast
 from vdrnn.training.graphs import ShapeGraphs, detach_state, map_tensors
 from vdrnn.training.loop import EpochSums
 from vdrnn.training.trainer import EpochTrainer
+from vdrnn.uncertainty import UNCERTAINTY_PARTS
 
 log = logging.getLogger("vdrnn")
 
@@ -233,6 +234,8 @@ class LanguageModelTrainer(EpochTrainer):
         estimators = ("", "_mc") if self.cfg.eval.mode == "mc" else ("",)  # MC's only where the test runs it
         scores = {f"test/{score}{mc}": f"test_{score}{mc}" for score in ("ppl", "ece", "brier", "entropy")
                   for mc in estimators}
+        if self.cfg.eval.mode == "mc":
+            scores.update({f"test/uncertainty_{part}_mc": f"test_uncertainty_{part}_mc" for part in UNCERTAINTY_PARTS})
         return {**super().final_tags(), **scores}
 
     def test_metrics(self) -> dict[str, Any]:

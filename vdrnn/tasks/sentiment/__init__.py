@@ -7,6 +7,7 @@
     model.py      embedding -> recurrent layers -> dropout -> linear, read at each review's last step
     train.py      minibatches of whole reviews, the best-validation (or last) epoch kept
     predict.py    predictions with weight scaling and with MC dropout
+    evaluate.py   the test: metrics, temperature, the uncertainty's parts, selective prediction
     metrics.py    accuracy, NLL, calibration (ECE and its floor), RMSE
 """
 
@@ -56,7 +57,7 @@ class Sentiment(Task):
         return SentimentModel(len(data.vocab), data.num_outputs, cfg.model, cfg.dropout).to(device)
 
     def evaluate_model(self, model, data, cfg):
-        from vdrnn.tasks.sentiment.train import evaluate_all
+        from vdrnn.tasks.sentiment.evaluate import evaluate_all
 
         return evaluate_all(model, data, cfg)
 

@@ -17,6 +17,7 @@ from vdrnn.config import (
     build,
     check_sections,
     dropout_from,
+    eval_from,
     model_from,
     run_settings,
 )
@@ -105,7 +106,7 @@ def from_dict(raw: dict[str, Any]) -> SentimentRunConfig:
     if trainer.ar or trainer.tar:
         raise ConfigError("trainer.ar and trainer.tar are AWD's penalties on a language model's outputs over time; "
                           "a sentiment model reads one step: set them to 0")
-    evaluation = build(EvalConfig, raw["eval"], "eval")
+    evaluation = eval_from(raw, dropout)
     if trainer.select == "mc" and evaluation.mode != "mc":
         raise ConfigError("trainer.select=mc picks best.pt by the MC-dropout validation score of eval.samples "
                           "passes: add eval=mc (or drop trainer.select=mc to select by weight scaling)")
@@ -116,6 +117,10 @@ def from_dict(raw: dict[str, Any]) -> SentimentRunConfig:
         raise ConfigError(f"data.valid_fraction=0 holds no validation reviews out, and trainer.select="
                           f"{trainer.select} picks best.pt by a validation score: add trainer.select=last (the last "
                           f"epoch's weights, trainer.epochs a fixed budget), or hold reviews out (default 0.1)")
+    if data.valid_fraction == 0 and evaluation.temperature == "fit":
+        raise ConfigError("eval.temperature=fit fits the temperature on the validation reviews, and "
+                          "data.valid_fraction=0 holds none out: give the temperature (eval.temperature=1.5), or hold "
+                          "reviews out (data.valid_fraction=0.1)")
     if raw.get("init_from"):
         raise ConfigError(f"init_from={raw['init_from']}: sentiment runs do not take init_from, which starts a "
                           f"new language-model run (dataset=ptb) from trained weights. Drop it; to continue an "

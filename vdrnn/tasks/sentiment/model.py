@@ -39,6 +39,9 @@ class SentimentModel(RecurrentModel):
     def output_layer(self) -> nn.Linear:
         return self.head
 
+    def rebuilt(self, dropout: DropoutConfig) -> SentimentModel:
+        return SentimentModel(self.vocab_size, self.head.out_features, self.config, dropout)
+
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """tokens [T, B] (padded after each review's end), lengths [B] -> outputs [B, num_outputs]."""
         x, _ = self.rnn(self.embedding(tokens), drop_output=False)

@@ -1,4 +1,4 @@
-"""Predictive distributions of a split, with weight scaling or MC dropout, and their metrics.
+"""Predictive distributions of a split, with weight scaling or MC dropout, their uncertainty, and their metrics.
 
 Weight scaling: one pass with every mask equal to one. MC dropout (Gal & Ghahramani, T=50 in
 their sentiment scripts): ``samples`` stochastic passes with the training masks, and the average of
@@ -11,15 +11,20 @@ predictive distribution. The passes run side by side (:func:`vdrnn.nn.mc_predict
 replicated min(samples, ``eval.batch``) times, each copy drawing its own per-sequence masks, and a minibatch holds
 ``data.eval_batch_size`` // replicas reviews (one at least). A scheme whose masks are shared by the batch
 (AWD's weight drop, ``*_mask=batch``) runs its passes one at a time instead.
+
+A classifier's test (:func:`predictions`) keeps every sample's logits, so that a temperature can divide them, the
+average be the geometric one instead (``eval.average``), and each review's uncertainty split into its parts.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 import vdrnn.nn as vnn
+from vdrnn.nn.mc import log_predictive
 from vdrnn.tasks.sentiment.config import SentimentRunConfig
 from vdrnn.tasks.sentiment.data import CLASSIFICATION, SentimentData, Split, minibatches
 from vdrnn.tasks.sentiment.metrics import classification_metrics, rmse
@@ -27,6 +32,7 @@ from vdrnn.tasks.sentiment.model import SentimentModel
 from vdrnn.training.bars import finish, mc_progress, pass_bar
 from vdrnn.training.device import autocast
 from vdrnn.training.evaluation import samples_side_by_side
+from vdrnn.uncertainty import uncertainty_scores
 
 
 def readout(outputs: torch.Tensor, kind: str) -> torch.Tensor:
@@ -38,27 +44,31 @@ def readout(outputs: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 @torch.no_grad()
-def predict(model: SentimentModel, split: Split, kind: str, batch_size: int, amp: str = "off",
-            progress: bool | str = False) -> torch.Tensor:
-    """Weight-scaling predictions of every sequence of ``split``, in order (on the CPU; ``progress``,
-    trainer.progress: a bar)."""
+def ws_outputs(model: SentimentModel, split: Split, batch_size: int, amp: str = "off",
+               progress: bool | str = False) -> torch.Tensor:
+    """Weight scaling's outputs [N, C] (logits, or the predicted rating) of every sequence of ``split``, in order (on
+    the CPU; ``progress``, trainer.progress: a bar)."""
     device = next(model.parameters()).device
     model.eval()
     out, bar = [], pass_bar("weight scaling", math.ceil(len(split) / batch_size), progress)
     for tokens, lengths, _ in minibatches(split, batch_size):
         with autocast(device, amp):
-            outputs = model(tokens.to(device), lengths.to(device))
-        out.append(readout(outputs, kind).cpu())
+            out.append(model(tokens.to(device), lengths.to(device)).float().cpu())
         bar.update()
     finish(bar)
     return torch.cat(out)
 
 
+def predict(model: SentimentModel, split: Split, kind: str, batch_size: int, amp: str = "off",
+            progress: bool | str = False) -> torch.Tensor:
+    """Weight-scaling predictions of every sequence of ``split``, in order (on the CPU; ``progress``: a bar)."""
+    return readout(ws_outputs(model, split, batch_size, amp, progress), kind)
+
+
 @torch.no_grad()
-def predict_mc(model: SentimentModel, split: Split, kind: str, samples: int, samples_per_pass: int,
-               batch_size: int, word_dropout: bool = False, amp: str = "off", progress: bool | str = False
-               ) -> torch.Tensor:
-    """MC-dropout predictions: the mean over ``samples`` stochastic passes, ``samples_per_pass`` at a time
+def mc_outputs(model: SentimentModel, split: Split, samples: int, samples_per_pass: int, batch_size: int,
+               word_dropout: bool = False, amp: str = "off", progress: bool | str = False) -> torch.Tensor:
+    """Every MC sample's outputs [S, N, C] of every sequence of ``split``, ``samples_per_pass`` samples at a time
     (``progress``, trainer.progress: a bar)."""
     device = next(model.parameters()).device
     replicas = min(samples, samples_side_by_side(model, samples_per_pass, word_dropout))
@@ -68,11 +78,51 @@ def predict_mc(model: SentimentModel, split: Split, kind: str, samples: int, sam
         with autocast(device, amp):
             prediction = vnn.mc_predict(model, (tokens.to(device), lengths.to(device)), samples, batch_dim=(1, 0),
                                         output_batch_dim=0, samples_per_call=replicas, embedding=word_dropout,
-                                        keep_samples=False, probabilities=lambda outputs: readout(outputs, kind))
-        out.append(prediction.mean.cpu())
+                                        probabilities=lambda outputs: outputs.double())
+        out.append(prediction.samples.cpu())
         bar.update(samples * len(lengths))
     finish(bar)
-    return torch.cat(out)
+    return torch.cat(out, dim=1)
+
+
+def predict_mc(model: SentimentModel, split: Split, kind: str, samples: int, samples_per_pass: int,
+               batch_size: int, word_dropout: bool = False, amp: str = "off", progress: bool | str = False
+               ) -> torch.Tensor:
+    """MC-dropout predictions: the mean over ``samples`` stochastic passes of their probabilities or ratings."""
+    return readout(mc_outputs(model, split, samples, samples_per_pass, batch_size, word_dropout, amp, progress),
+                   kind).mean(dim=0)
+
+
+@dataclass
+class Predictions:
+    """A classifier's predictions of a split: the predictive distributions [N, C] (float64), each review's
+    uncertainty scores (:data:`vdrnn.uncertainty.SCORES`), and under MC dropout the samples' distributions."""
+
+    probs: torch.Tensor
+    scores: dict[str, torch.Tensor]
+    mc: vnn.MCPrediction | None = None
+
+
+def predictions(outputs: torch.Tensor, mc: bool, average: str = "arithmetic", temperature: float = 1.0) -> Predictions:
+    """:class:`Predictions` of the samples' logits [S, N, C] (weight scaling: S = 1), averaged as ``average`` says
+    after ``temperature`` divides each sample's (:func:`vdrnn.nn.mc.log_predictive`). The mutual information is of
+    the tempered samples' mixture, whatever the average (BALD's)."""
+    probs = log_predictive(outputs, 0, average, temperature).exp()
+    if not mc:
+        return Predictions(probs, uncertainty_scores(probs))
+    samples = (outputs.double() / temperature).softmax(dim=-1)
+    prediction = vnn.MCPrediction(mean=samples.mean(dim=0), samples=samples)
+    return Predictions(probs, uncertainty_scores(probs, prediction.mutual_information()), prediction)
+
+
+def split_outputs(model: SentimentModel, split: Split, cfg: SentimentRunConfig, mc: bool) -> torch.Tensor:
+    """The outputs [S, N, C] of one split, of weight scaling (S = 1) or (``mc``) of every MC sample with the run's eval
+    settings."""
+    d, e, amp = cfg.data, cfg.eval, cfg.trainer.amp
+    if mc:
+        return mc_outputs(model, split, e.samples, e.batch, d.eval_batch_size, e.word_dropout, amp,
+                          cfg.trainer.progress)
+    return ws_outputs(model, split, d.eval_batch_size, amp, cfg.trainer.progress).unsqueeze(0)
 
 
 def split_metrics(predictions: torch.Tensor, split: Split, data: SentimentData) -> dict[str, float]:

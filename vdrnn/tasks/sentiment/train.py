@@ -22,62 +22,27 @@ masks continue exactly as an uninterrupted run's.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from vdrnn.calibration import ece_difference
-from vdrnn.tasks.sentiment.config import SentimentRunConfig
-from vdrnn.tasks.sentiment.data import CLASSIFICATION, SentimentData, minibatches, shuffled
-from vdrnn.tasks.sentiment.metrics import calibration_report
-from vdrnn.tasks.sentiment.model import SentimentModel
-from vdrnn.tasks.sentiment.predict import evaluate_split, predict_split, split_metrics
+from vdrnn.tasks.sentiment.data import CLASSIFICATION, minibatches, shuffled
+from vdrnn.tasks.sentiment.evaluate import check_evaluation, evaluate_all
+from vdrnn.tasks.sentiment.predict import evaluate_split
 from vdrnn.training.device import autocast
 from vdrnn.training.loop import EpochSums
 from vdrnn.training.trainer import EpochTrainer
+from vdrnn.uncertainty import SCORES, UNCERTAINTY_PARTS
 
 log = logging.getLogger("vdrnn")
-
-
-def evaluate_all(model: SentimentModel, task: SentimentData, cfg: SentimentRunConfig) -> dict[str, Any]:
-    """valid_* and test_* with weight scaling, plus test_*_mc with ``eval=mc``.
-
-    For classification the test predictions' calibration report comes too (test_ece_floor, test_reliability and
-    their _mc twins), and with MC test_ece_mc_minus_ws: ECE(MC) - ECE(weight scaling) and its 95% interval
-    test_ece_mc_minus_ws_ci, below zero where MC is the better calibrated beyond chance.
-    """
-    started = time.perf_counter()
-    labels = task.test.targets
-
-    def scored(predictions: torch.Tensor, suffix: str) -> dict[str, Any]:
-        """The test split's metrics of ``predictions``, with the calibration report for classification."""
-        scores = split_metrics(predictions, task.test, task)
-        if task.kind == CLASSIFICATION:
-            scores.update(calibration_report(predictions, labels))
-        return {f"test_{k}{suffix}": v for k, v in scores.items()}
-
-    metrics: dict[str, Any] = {f"valid_{k}": v for k, v in evaluate_split(model, task.valid, task, cfg, mc=False).items()}
-    scaled = predict_split(model, task.test, task, cfg, mc=False)
-    metrics.update(scored(scaled, ""))
-    if cfg.eval.mode == "mc":
-        mc_started = time.perf_counter()
-        averaged = predict_split(model, task.test, task, cfg, mc=True)
-        metrics["mc_seconds"] = time.perf_counter() - mc_started
-        metrics["mc_samples"] = cfg.eval.samples
-        metrics.update(scored(averaged, "_mc"))
-        if task.kind == CLASSIFICATION:
-            difference, low, high = ece_difference(averaged, scaled, labels)
-            metrics.update({"test_ece_mc_minus_ws": difference, "test_ece_mc_minus_ws_ci": [low, high]})
-    metrics["eval_seconds"] = time.perf_counter() - started
-    return metrics
 
 
 class SentimentTrainer(EpochTrainer):
     def setup(self) -> None:
         super().setup()
+        check_evaluation(self.data, self.cfg)  # the final test's settings, refused before training where they cannot run
         # Model selection uses the validation loss the model is trained on (lower is better), of the predictor
         # trainer.select names.
         self.selector = ("nll" if self.data.kind == CLASSIFICATION else "rmse") + \
@@ -166,10 +131,18 @@ class SentimentTrainer(EpochTrainer):
     def final_tags(self) -> dict[str, str]:
         names = metric_names(self.data.kind)
         tags = {**super().final_tags(), **{f"test/{n}": f"test_{n}" for n in names}}
-        if self.cfg.eval.mode == "mc":  # MC's only where the test runs it
+        mc = self.cfg.eval.mode == "mc"  # MC's only where the test runs it
+        if self.data.kind == CLASSIFICATION:
+            # Selective prediction by weight scaling's scores (no mutual information: one sample) and the oracle.
+            tags.update({f"test/retention_area_{score}": f"test_retention_area_{score}"
+                         for score in ("max_prob", "entropy", "oracle")})
+        if mc:
             tags.update({f"test/{n}_mc": f"test_{n}_mc" for n in names})
             if self.data.kind == CLASSIFICATION:
                 tags["test/ece_mc_minus_ws"] = "test_ece_mc_minus_ws"
+                tags.update({f"test/uncertainty_{part}_mc": f"test_uncertainty_{part}_mc" for part in UNCERTAINTY_PARTS})
+                tags.update({f"test/retention_area_{score}_mc": f"test_retention_area_{score}_mc"
+                             for score in (*SCORES, "oracle")})
         return tags
 
 
