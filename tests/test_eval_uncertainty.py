@@ -1,13 +1,14 @@
 """What the Bayesian reading of dropout buys, through the real `vdrnn` command on fixture runs: the uncertainty's
-parts in metrics.json and TensorBoard, selective prediction, the MC average every way (`vdrnn eval -m` over
-eval.average, eval.dropout_scale and eval.temperature) and the report's tables of them; and each bad input refused
-in a line."""
+parts in metrics.json and TensorBoard, out-of-domain detection (`vdrnn eval ood=`), selective prediction, the MC
+average every way (`vdrnn eval -m` over eval.average, eval.dropout_scale and eval.temperature) and the report's tables
+of them; and each bad input refused in a line."""
 
 from __future__ import annotations
 
 import csv
 import gzip
 import json
+import math
 import random
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import pytest
 
 from tests.helpers import TINY, cli_in_process, composed, events_of, run_cli, run_in_process
 from vdrnn import report
+from vdrnn.tasks.sentiment.datasets import imdb
+from vdrnn.tasks.sentiment.text import tokenize
 
 WORDS = [f"w{i}" for i in range(30)]
 
@@ -24,10 +27,11 @@ def write_lines(path: Path, lines: list[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def corpora(tmp_path_factory) -> tuple[Path]:
-    """A PTB-layout corpus whose lines count up (an <unk> now and then)."""
+def corpora(tmp_path_factory) -> tuple[Path, Path]:
+    """A PTB-layout corpus whose lines count up (an <unk> now and then), and a WikiText-2-layout one whose test split
+    holds the very same sentences between headings and blank lines, which the sentences it is cut into leave out."""
     rng = random.Random(0)
-    ptb = tmp_path_factory.mktemp("ptb")
+    ptb, wiki = tmp_path_factory.mktemp("ptb"), tmp_path_factory.mktemp("wikitext-2")
     for split, n in (("train", 300), ("valid", 30), ("test", 30)):
         lines = []
         for _ in range(n):
@@ -35,7 +39,8 @@ def corpora(tmp_path_factory) -> tuple[Path]:
             words = [WORDS[(start + k) % 30] for k in range(rng.randrange(3, 10))]
             lines.append(" ".join("<unk>" if rng.random() < 0.05 else word for word in words))
         write_lines(ptb / f"ptb.{split}.txt", lines)
-    return (ptb,)
+        write_lines(wiki / f"{split}.txt", [" = Some Title = ", "", *lines[:10], "", " = = Part = = ", "", *lines[10:]])
+    return ptb, wiki
 
 
 def train_in_process(run: Path, overrides: list[str]) -> Path:
@@ -59,7 +64,8 @@ def imdb_dir(tmp_path_factory) -> Path:
     for split in ("train", "test"):
         with gzip.open(folder / f"{split}.jsonl.gz", "wt", encoding="utf-8") as f:
             for i in range(60):
-                words = " ".join(rng.choice(["film", "plot", "scene", "the", "actor"]) for _ in range(rng.randrange(4, 12)))
+                words = " ".join(rng.choice(["film", "plot", "scene", "the", "actor"])
+                                 for _ in range(rng.randrange(4, 12)))
                 text = f"{words} {'good' if i % 2 else 'bad'} {words}<br />"
                 f.write(json.dumps({"id": i, "rating": 8 if i % 2 else 2, "label": i % 2, "file": "", "text": text})
                         + "\n")
@@ -115,17 +121,26 @@ def test_a_classifiers_test_gives_selective_prediction_and_the_uncertaintys_part
 
 
 @pytest.mark.slow
-def test_eval_sweeps_the_mc_average_every_way_and_the_report_sets_them_side_by_side(lm_run, corpora, tmp_path):
-    ptb, = corpora
-    # 4 test streams: a second or so a job.
+def test_eval_sweeps_the_mc_average_every_way_with_out_of_domain_text_and_the_report_sets_them_side_by_side(
+        lm_run, corpora, tmp_path):
+    ptb, wiki = corpora
+    # 10 sentences a call (3 samples each), 4 test streams: a second or so a job.
     run_cli("eval", "-m", f"checkpoint={lm_run / 'best.pt'}", f"data.root={ptb}", "eval=mc", "eval.samples=3",
-            "eval.batch=30", "data.test_batch_size=4", "eval.average=arithmetic,geometric", "eval.dropout_scale=0.5,1", "eval.temperature=1,fit",
-            "device=cpu", "hydra.sweep.dir=sweep", cwd=tmp_path)
+            "eval.batch=30", "data.test_batch_size=4", "eval.average=arithmetic,geometric", "eval.dropout_scale=0.5,1",
+            "eval.temperature=1,fit", "ood=wikitext2", f"ood_root={wiki}", "device=cpu", "hydra.sweep.dir=sweep", cwd=tmp_path)
     evaluations = {path.parent.name: json.loads(path.read_text()) for path in (tmp_path / "sweep").glob("*/eval.json")}
     assert len(evaluations) == 8
+    # The test's sentences, counted here: the lines of ptb.test.txt, which the other corpus's test split repeats.
+    sentences = len((ptb / "ptb.test.txt").read_text().splitlines())
     numbers = set()
     for evaluation in evaluations.values():
         e = evaluation["config"]["eval"]
+        assert (evaluation["ood_in_count"], evaluation["ood_out_count"]) == (sentences, sentences)
+        # The same sentences on both sides: weight scaling scores each alike, so no score tells them apart.
+        for score in ("max_prob", "entropy"):
+            assert (evaluation[f"ood_auroc_{score}"], evaluation[f"ood_aupr_{score}"]) == pytest.approx((0.5, 0.5))
+        for key in ("ood_auroc_max_prob_mc", "ood_aupr_entropy_mc", "ood_auroc_mutual_information_mc"):
+            assert 0 <= evaluation[key] <= 1  # MC draws other masks for each side
         fitted = e["temperature"] == "fit"
         assert (evaluation["temperature"] != 1, evaluation["temperature_mc"] != 1) == (fitted, fitted)
         numbers.add(round(evaluation["test_ppl_mc"], 9))
@@ -141,9 +156,44 @@ def test_eval_sweeps_the_mc_average_every_way_and_the_report_sets_them_side_by_s
                           *(["temperature fitted"] if e["temperature"] == "fit" else [])])
         assert (line["mode"], line["MC test"], line["MC T"]) == (
             mode, f"{evaluation['test_ppl_mc']:.1f}", f"{evaluation['temperature_mc']:.3f}")
+    with open(tmp_path / "report" / "ptb_ood.csv") as f:
+        ood = {Path(line["evaluation"]).name: line for line in csv.DictReader(f)}
+    assert ood.keys() == evaluations.keys()
+    for folder, line in ood.items():
+        assert (line["out-of-domain"], line["in / out"], line["AUPR base rate"]) == ("wikitext2", f"{sentences} / "
+                                                                                     f"{sentences}", "0.500")
+        assert line["MC MI AUROC"] == f"{evaluations[folder]['ood_auroc_mutual_information_mc']:.3f}"
+
+
+@pytest.mark.slow
+def test_eval_of_a_classifier_scores_other_text_cut_to_its_reviews_lengths(imdb_run, imdb_dir, corpora, tmp_path):
+    ptb, _ = corpora
+    run_cli("eval", f"checkpoint={imdb_run / 'best.pt'}", f"data.root={imdb_dir}", "eval.temperature=fit",
+            "ood=ptb", f"ood_root={ptb}", "device=cpu", "hydra.run.dir=eval", cwd=tmp_path)
+    evaluation = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    # PTB's words, its splits in turn and its <unk> left out, cut into pieces as long as the test reviews the
+    # classifier reads.
+    words = [w for split in ("train", "valid", "test") for line in (ptb / f"ptb.{split}.txt").read_text().splitlines()
+             for w in line.split() if w != "<unk>"]
+    lengths = [min(16, len(tokenize(review.text))) for review in imdb.load(str(imdb_dir))["test"]]
+    pieces = next(k for k in range(len(lengths) + 1) if k == len(lengths) or sum(lengths[: k + 1]) > len(words))
+    assert (evaluation["ood_in_count"], evaluation["ood_out_count"]) == (60, pieces)
+    assert {key for key in evaluation if key.startswith("ood_au")} == {
+        f"ood_{area}_{score}{suffix}" for area in ("auroc", "aupr") for suffix, scores in (
+            ("", ("max_prob", "entropy")), ("_mc", ("max_prob", "entropy", "mutual_information"))) for score in scores}
+    assert evaluation["temperature"] != 1 and evaluation["temperature_mc"] != 1  # each fitted on validation
+    assert evaluation["config"]["eval"]["mode"] == "mc"  # the run's own evaluation: MC, its 3 passes
+    report.main([str(tmp_path / "eval"), "--out", str(tmp_path / "report")])
+    with open(tmp_path / "report" / "imdb_ood.csv") as f:
+        [line] = list(csv.DictReader(f))
+    assert line["in / out"] == f"60 / {evaluation['ood_out_count']}"
+    assert line["WS entropy AUPR"] == f"{evaluation['ood_aupr_entropy']:.3f}"
+    assert math.isclose(float(line["AUPR base rate"]), evaluation["ood_out_count"] / (60 + evaluation["ood_out_count"]),
+                        abs_tol=5e-4)
 
 
 @pytest.mark.parametrize("args, message", [
+    (["ood=wikitext2"], "ood=wikitext2 is for `vdrnn eval`"),
     (["eval.average=geometrc"], "eval.average='geometrc'; choose `arithmetic`"),
     (["eval=mc", "eval.dropout_scale=0"], "eval.dropout_scale=0 must be > 0"),
     (["eval=mc", "eval.dropout_scale=-0.5"], "eval.dropout_scale=-0.5 must be > 0"),
@@ -157,7 +207,7 @@ def test_eval_sweeps_the_mc_average_every_way_and_the_report_sets_them_side_by_s
     (["eval.temperature=0"], "eval.temperature=0 must be > 0 (1: none), or `fit`"),
     (["dataset=imdb", "data.valid_fraction=0", "trainer.select=last", "eval.temperature=fit"],
      "eval.temperature=fit fits the temperature on the validation reviews, and data.valid_fraction=0 holds none out"),
-], ids=["average-typo", "scale-zero", "scale-negative", "scale-past-one", "scale-learned",
+], ids=["ood-in-train", "average-typo", "scale-zero", "scale-negative", "scale-past-one", "scale-learned",
         "scale-nothing", "temperature-word", "temperature-zero", "fit-without-validation"])
 def test_bad_uncertainty_settings_are_refused_in_a_line_before_anything_runs(tmp_path, args, message):
     result = run_in_process("train", *args, cwd=tmp_path, check=False)
@@ -176,12 +226,30 @@ def test_a_regression_refuses_what_only_a_classifier_has_before_training(tmp_pat
 
 
 @pytest.mark.parametrize("args, message", [
+    (["ood=ptb"], "ood=ptb: language models trained on ptb are scored against other text as docs/uncertainty.md "
+                  "pairs them; choose ood=wikitext2"),
+    (["ood=imdb"], "ood=imdb: language models trained on ptb"),
+    (["ood_root=/nowhere"], "ood_root=/nowhere says where the ood= corpus lies, and no ood= is given"),
     (["eval=scale", "eval.average=geometric"], "eval.average is for MC dropout, and this evaluation is weight scaling"),
     (["eval=scale", "eval.dropout_scale=0.5"], "eval.dropout_scale is for MC dropout"),
-], ids=["average", "dropout-scale"])
-def test_mc_settings_for_a_weight_scaling_evaluation_are_refused_in_a_line(lm_run, corpora, tmp_path, args, message):
+    (["ood=wikitext2", "ood_root=/nowhere"], "ood=wikitext2: reading its text as dataset=wikitext2 does"),
+], ids=["own-corpus", "no-pairing", "root-alone", "mc-average", "mc-dropout-scale", "missing-text"])
+def test_bad_out_of_domain_and_evaluation_settings_are_refused_in_a_line(lm_run, corpora, tmp_path, args, message):
     result = run_in_process("eval", f"checkpoint={lm_run / 'best.pt'}", f"data.root={corpora[0]}", "device=cpu",
                             "hydra.run.dir=eval", *args, cwd=tmp_path, check=False)
     assert result.returncode == 2, result.stderr
-    assert message in result.stderr and "Traceback" not in result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "eval" / "eval.json").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["ood=imdb"], "ood=imdb: sentiment models trained on imdb are scored against other text as "
+                   "docs/uncertainty.md pairs them; choose ood=ptb or ood=wikitext2"),
+    (["ood=ptb", "ood_root=/nowhere"], "ood=ptb: reading its text as dataset=ptb does (ood_root as its data.root)"),
+], ids=["own-kind", "missing-text"])
+def test_a_classifiers_bad_out_of_domain_text_is_refused_in_a_line(imdb_run, imdb_dir, tmp_path, args, message):
+    result = run_in_process("eval", f"checkpoint={imdb_run / 'best.pt'}", f"data.root={imdb_dir}", "device=cpu",
+                            "hydra.run.dir=eval", *args, cwd=tmp_path, check=False)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "eval" / "eval.json").exists()

@@ -187,12 +187,17 @@ def train_command(cfg: DictConfig) -> float | None:
 
 
 def refuse_eval_only(raw: dict) -> None:
-    """`vdrnn train` would ignore ``checkpoint=`` (what `vdrnn eval` scores) without a word: refuse it, naming the
-    keys that start a run from a checkpoint."""
+    """`vdrnn train` would ignore ``checkpoint=`` (what `vdrnn eval` scores) and ``ood=`` (the text it scores against
+    the test data) without a word: refuse them, naming what to run instead."""
     if raw.get("checkpoint"):
         raise ConfigError(f"checkpoint={raw['checkpoint']} is what `vdrnn eval` scores, and `vdrnn train` would ignore "
                           f"it: drop it; to continue a run from it use resume=PATH, to start a new language-model run "
                           f"from its weights init_from=PATH")
+    for key in ("ood", "ood_root"):
+        if raw.get(key):
+            raise ConfigError(f"{key}={raw[key]} is for `vdrnn eval`, which scores a trained checkpoint against "
+                              f"out-of-domain text, and `vdrnn train` would ignore it: drop it, and once the run has "
+                              f"finished, run `vdrnn eval checkpoint=<run>/best.pt ood={raw.get('ood') or 'NAME'}`")
 
 
 def objective_of(metrics: dict, objective: str | None, cfg: DictConfig, run_dir: Path) -> float | None:
@@ -355,7 +360,7 @@ COMMANDS = {"train": train_command, "eval": eval_command}
 # Options whose values are file paths. A sweep's job folders are named by their overrides
 # (multirun/<date>/<time>/1_dropout=zaremba,seed=2/), and Hydra's override grammar reads the `=` and `,` in such a
 # path as syntax; see quote_paths.
-PATH_KEYS = ("checkpoint", "resume", "init_from", "data.root")
+PATH_KEYS = ("checkpoint", "resume", "init_from", "data.root", "ood_root")
 
 
 def quote_paths(overrides: list[str]) -> list[str]:

@@ -241,7 +241,7 @@ def build(cls, values: dict[str, Any], where: str, derived: dict[str, tuple[Any,
 # preset's paper numbers (read by `vdrnn report`). Hydra appends any other key given with a `+` (its own hint for a
 # mistyped group, `+datset=ptb`), which no code would then read.
 TOP_LEVEL = ("data", "model", "dropout", "trainer", "eval", "seed", "device", "resume", "checkpoint", "init_from",
-             "cell", "paper", "objective")
+             "cell", "paper", "objective", "ood", "ood_root")
 
 
 # The sections every run reads; conf/ gives each of them, so only a deletion on the command line can take one away.
@@ -288,7 +288,7 @@ def run_settings(raw: dict[str, Any]) -> tuple[int, str]:
     check_type(seed, "int", "seed")
     check_seed(seed, "seed")
     check_type(device, "str", "device")
-    for key in ("resume", "checkpoint", "init_from"):  # paths
+    for key in ("resume", "checkpoint", "init_from", "ood", "ood_root"):  # paths, and the out-of-domain set's name
         check_type(raw.get(key), "str | None", key)
     check_objective(raw.get("objective"))
     problem = paper_problem(raw.get("paper"))

@@ -14,9 +14,10 @@ from vdrnn.tasks import TASKS, Task, task_of
 
 # `vdrnn eval` runs a checkpoint under the config it was trained with, except for what its own command line
 # gives: always the device, seed, where the data is and the module that reads it (a checkpoint's own would choose
-# code to import); and, when given, the evaluation settings and the settings that change speed, memory or what the
-# terminal shows but not the model (batch sizes, precision, implementation, progress bars).
-EVAL_ALWAYS = ("device", "seed", "checkpoint", "data.root", "data.reader")
+# code to import), and the out-of-domain text it scores besides the test data; and, when given, the evaluation
+# settings and the settings that change speed, memory or what the terminal shows but not the model (batch sizes,
+# precision, implementation, progress bars).
+EVAL_ALWAYS = ("device", "seed", "checkpoint", "data.root", "data.reader", "ood", "ood_root")
 EVAL_WHEN_GIVEN = ("eval", "data.eval_batch_size", "trainer.amp", "model.impl", "trainer.progress")
 MC_ONLY = ("eval.samples", "eval.batch", "eval.word_dropout", "eval.mc_masks", "eval.average", "eval.dropout_scale")
 
@@ -92,4 +93,6 @@ def eval_run(raw: dict[str, Any], trained: dict[str, Any], given: set[str], path
                               f"another vdrnn version or not by vdrnn: evaluate it with the version that trained it, "
                               f"or use a checkpoint of a run of this one") from None
     run_raw = eval_config(raw, trained, given)
-    return task, task.parse(run_raw), run_raw
+    cfg = task.parse(run_raw)
+    task.check_ood(cfg)  # the checkpoint's task and data decide which text is out of its domain
+    return task, cfg, run_raw

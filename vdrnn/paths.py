@@ -1,5 +1,5 @@
-"""The paths a user gives a run (data.root, checkpoint, resume, init_from, a data.reader file), read from the folder
-the command was launched in, as the user typed them there.
+"""The paths a user gives a run (data.root, checkpoint, resume, init_from, a data.reader file, ood_root), read from
+the folder the command was launched in, as the user typed them there.
 
 Hydra runs a job in its output folder under ``hydra.job.chdir=true``; a relative path would then be looked for there.
 Under Hydra's default (the job runs where it was launched) the paths stay as given, and so does the config a run
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-PATH_KEYS = ("data.root", "checkpoint", "resume", "init_from", "data.reader")
+PATH_KEYS = ("data.root", "checkpoint", "resume", "init_from", "data.reader", "ood_root")
 
 
 def is_reader_file(reader: str | None) -> bool:

@@ -24,7 +24,7 @@ IMDB runs also get the selective-prediction table and retention curves (:mod:`~v
 
 Evaluations (``vdrnn eval``'s ``eval.json`` under the folders) get a table per dataset, a line each: the model
 scored, named as above, the checkpoint and epoch, the mode (weight scaling, or MC, its passes and how they were
-averaged) and the numbers.
+averaged) and the numbers; those of ``vdrnn eval ood=`` also a table of their out-of-domain detection.
 """
 
 from __future__ import annotations

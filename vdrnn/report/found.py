@@ -73,10 +73,10 @@ def read_metrics(path: Path) -> dict[str, Any]:
 STATUSES = ("finished", "failed", "running", "stopped")
 # Entries the tables read, by what they must be (a number may also be null: not measured).
 NUMBER_ENTRIES = ("epochs", "steps", "start_epoch", "epoch", "wps", "train_seconds", "eval_seconds", "mc_seconds",
-                  "mc_samples", "cpu_threads", "temperature", "temperature_mc")
-NUMBER_PREFIXES = ("valid_", "test_", "best_valid_")
+                  "mc_samples", "cpu_threads", "temperature", "temperature_mc", "ood_in_count", "ood_out_count")
+NUMBER_PREFIXES = ("valid_", "test_", "best_valid_", "ood_auroc_", "ood_aupr_")
 FLAG_ENTRIES = ("smoke", "time_limited")
-TEXT_ENTRIES = ("reason", "checkpoint", "device")
+TEXT_ENTRIES = ("reason", "checkpoint", "device", "ood")
 # Curves as lists of numbers under their names: the reliability diagrams' bins and the retention curves.
 CURVES = ("test_reliability", "test_reliability_mc", "test_retention_curves", "test_retention_curves_mc")
 CONFIG_SECTIONS = ("data", "model", "cell", "dropout", "trainer", "eval")

@@ -25,6 +25,7 @@ from vdrnn.report.rows import (
     scheme_rank,
 )
 from vdrnn.report.tables import write_table
+from vdrnn.report.uncertainty import write_ood
 
 # Table 1's order, top to bottom; ad-hoc rows, named after their schemes, follow in the schemes' order.
 ROW_ORDER = ["Non-regularized (early stopping)", "Moon et al. 2015", "Moon et al. + emb dropout",
@@ -243,14 +244,18 @@ def plot_mc_samples(curves: dict[str, list[tuple[int, dict[str, Any]]]], path: P
 
 def write_evaluations(evaluations: list[tuple[Path, dict[str, Any]]], out: Path) -> tuple[list[str], list[Path]]:
     """A table per corpus of the `vdrnn eval`s of its checkpoints (their MC settings side by side: ``vdrnn eval -m``
-    over eval.average, eval.dropout_scale and eval.temperature gives a line each), and where a checkpoint was scored
-    by MC at several sample counts, the curves of what the samples cost and buy (``{corpus}_mc_samples.png``)."""
+    over eval.average, eval.dropout_scale and eval.temperature gives a line each), the out-of-domain detection of
+    those given ``ood=`` (``{corpus}_ood.md``), and where a checkpoint was scored by MC at several sample counts, the
+    curves of what the samples cost and buy (``{corpus}_mc_samples.png``)."""
     texts, written = [], []
     for dataset, found in by_dataset(evaluations).items():
         text = write_table(evaluation_table(found, EVALUATION_METRICS, evaluated_model),
                            evaluation_columns(EVALUATION_METRICS), out / f"{dataset}_evaluations")
         texts.append(f"{dataset}: checkpoints scored by vdrnn eval\n\n{text}")
         written += [out / f"{dataset}_evaluations.md", out / f"{dataset}_evaluations.csv"]
+        ood_texts, ood_files = write_ood(found, dataset, out, evaluated_model)
+        texts += ood_texts
+        written += ood_files
         curves = mc_sample_curves(found)
         if curves:
             plot_mc_samples(curves, out / f"{dataset}_mc_samples.png")

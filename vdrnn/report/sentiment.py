@@ -30,7 +30,7 @@ from vdrnn.report.sentiment_calibration import (
     plot_reliability,
 )
 from vdrnn.report.tables import write_table
-from vdrnn.report.uncertainty import write_selective
+from vdrnn.report.uncertainty import write_ood, write_selective
 from vdrnn.tasks.sentiment import TASK
 
 # A row's overrides column leaves out what does not change its numbers, as its grouping does (the task's
@@ -166,7 +166,8 @@ def evaluated_model(evaluation: dict[str, Any]) -> tuple[str, str]:
 
 
 def write_evaluations(evaluations: list[tuple[Path, dict[str, Any]]], out: Path) -> tuple[list[str], list[Path]]:
-    """A table per dataset of the `vdrnn eval`s of its checkpoints."""
+    """A table per dataset of the `vdrnn eval`s of its checkpoints, and of the out-of-domain detection of those given
+    ``ood=`` (``{dataset}_ood.md``)."""
     texts, written = [], []
     for dataset, found in by_dataset(evaluations).items():
         metrics = evaluation_metrics(kind_of([evaluation for _, evaluation in found]))
@@ -174,4 +175,7 @@ def write_evaluations(evaluations: list[tuple[Path, dict[str, Any]]], out: Path)
                            out / f"{dataset}_evaluations")
         texts.append(f"{dataset}: checkpoints scored by vdrnn eval\n\n{text}")
         written += [out / f"{dataset}_evaluations.md", out / f"{dataset}_evaluations.csv"]
+        ood_texts, ood_files = write_ood(found, dataset, out, evaluated_model)
+        texts += ood_texts
+        written += ood_files
     return texts, written

@@ -1,13 +1,16 @@
-"""What a model's uncertainty is good for, as the report tabulates it: a classifier's selective prediction (a line per
-row, and its retention curves)."""
+"""What a model's uncertainty is good for, as the report tabulates it: out-of-domain detection (`vdrnn eval ood=`, a
+line per evaluation) and a classifier's selective prediction (a line per row, and its retention curves).
+docs/uncertainty.md says how to read them."""
 
 from __future__ import annotations
 
 import statistics
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vdrnn.report.evaluations import evaluation_mode
 from vdrnn.report.plots import save_figure
 from vdrnn.report.rows import Row, mean_std
 from vdrnn.report.tables import write_table
@@ -16,6 +19,43 @@ from vdrnn.uncertainty import SCORES, UNCERTAINTY_PARTS
 SCORE_TITLES = {"max_prob": "max p", "entropy": "entropy", "mutual_information": "MI"}
 # Each score of each predictor: (suffix, the predictor's title, the scores it has); weight scaling has no MI.
 PREDICTORS = [("", "WS", ("max_prob", "entropy")), ("_mc", "MC", tuple(SCORES))]
+
+
+def number(value: Any, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+OOD_COLUMNS = ["evaluation", "model", "dropout", "checkpoint", "mode", "out-of-domain", "in / out", "AUPR base rate",
+               *(f"{predictor} {SCORE_TITLES[score]} {area}" for _, predictor, scores in PREDICTORS
+                 for score in scores for area in ("AUROC", "AUPR"))]
+
+
+def ood_table(evaluations: list[tuple[Path, dict[str, Any]]],
+              identity: Callable[[dict[str, Any]], tuple[str, str]]) -> list[list[str]]:
+    """A line per `vdrnn eval ood=`: the model scored (named by ``identity``, as the evaluation table names it), how,
+    against which text and how many sequences of each side, the AUPR a score that ranks at random gets (the
+    out-of-domain share), and each score's AUROC and AUPR by weight scaling and by MC."""
+    lines = []
+    for folder, evaluation in evaluations:
+        model, dropout = identity(evaluation)
+        inside, outside = evaluation["ood_in_count"], evaluation["ood_out_count"]
+        lines.append([str(folder), model + (" (smoke)" if evaluation.get("smoke") else ""), dropout,
+                      evaluation.get("checkpoint", "–"), evaluation_mode(evaluation["config"]), evaluation["ood"],
+                      f"{inside} / {outside}", number(outside / (inside + outside)),
+                      *(number(evaluation.get(f"ood_{area}_{score}{suffix}")) for suffix, _, scores in PREDICTORS
+                        for score in scores for area in ("auroc", "aupr"))])
+    return lines
+
+
+def write_ood(evaluations: list[tuple[Path, dict[str, Any]]], dataset: str, out: Path,
+              identity: Callable[[dict[str, Any]], tuple[str, str]]) -> tuple[list[str], list[Path]]:
+    """``{dataset}_ood.md`` and .csv where evaluations of the dataset's checkpoints scored out-of-domain text."""
+    scored = [(folder, evaluation) for folder, evaluation in evaluations if "ood" in evaluation]
+    if not scored:
+        return [], []
+    text = write_table(ood_table(scored, identity), OOD_COLUMNS, out / f"{dataset}_ood")
+    return ([f"{dataset}: out-of-domain detection, AUROC and AUPR of each uncertainty score\n\n{text}"],
+            [out / f"{dataset}_ood.md", out / f"{dataset}_ood.csv"])
 
 
 SELECTIVE_COLUMNS = ["row", "dropout", "seeds", "accuracy (%)", "MC accuracy (%)", "MC total", "MC aleatoric",

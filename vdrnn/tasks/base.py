@@ -64,6 +64,25 @@ class Task:
         """The test numbers a run's or an evaluation's last line gives (``test ppl 79.6, MC 77.8 (valid 82.9)``)."""
         raise NotImplementedError
 
+    def ood_texts(self, data) -> tuple[str, ...]:
+        """The corpora whose text `vdrnn eval ood=NAME` scores as out-of-domain inputs against a checkpoint of the
+        task trained on ``data`` (docs/uncertainty.md): none unless the task says."""
+        return ()
+
+    def check_ood(self, cfg) -> None:
+        """Refuse an ``ood=`` the task has no pairing for, and an ``ood_root=`` without an ``ood=``."""
+        if cfg.ood is None:
+            if cfg.ood_root is not None:
+                raise ConfigError(f"ood_root={cfg.ood_root} says where the ood= corpus lies, and no ood= is given: "
+                                  f"add ood=NAME, or drop ood_root")
+            return
+        choices = self.ood_texts(cfg.data)
+        if cfg.ood not in choices:
+            pairs = (f"choose {' or '.join(f'ood={name}' for name in choices)}" if choices else
+                     "they have no out-of-domain pairing, so drop ood=")
+            raise ConfigError(f"ood={cfg.ood}: {self.title} trained on {cfg.data.name} are scored against other text "
+                              f"as docs/uncertainty.md pairs them; {pairs}")
+
     def check_dataset(self, data) -> None:
         """Refuse a dataset whose reading module does not exist, before anything is loaded."""
         module = self.dataset_module(data)
@@ -110,7 +129,8 @@ class Task:
         raise NotImplementedError
 
     def evaluate_model(self, model: torch.nn.Module, data, cfg) -> dict[str, Any]:
-        """The test metrics of ``model`` (valid_*, test_*, and with ``eval=mc`` test_*_mc)."""
+        """The test metrics of ``model`` (valid_*, test_*, with ``eval=mc`` test_*_mc, and with ``ood=`` the
+        out-of-domain detection's ood_*)."""
         raise NotImplementedError
 
 

@@ -6,6 +6,7 @@
     model.py     embedding -> stacked LSTM layers -> decoder, with the dropout scheme's sites
     train.py     truncated BPTT with SGD (Zaremba, Gal), AWD's variable lengths, AR/TAR and NT-ASGD
     evaluate.py  perplexity with weight scaling and with MC dropout, calibration, the uncertainty's parts
+    ood.py       out-of-domain detection: the test's sentences against another corpus's
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ class LanguageModelling(Task):
         cfg = from_dict(raw)
         self.check_dataset(cfg.data)
         return cfg
+
+    def ood_texts(self, data):
+        from vdrnn.tasks.lm.datasets import OOD_TEXTS
+
+        return tuple(name for name in OOD_TEXTS if name != data.name)  # its own corpus is in-domain
 
     def headline(self, metrics):
         mc = f", MC {metrics['test_ppl_mc']:.2f}" if metrics.get("test_ppl_mc") is not None else ""

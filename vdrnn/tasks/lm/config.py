@@ -55,6 +55,8 @@ class LMRunConfig:
     resume: str | None = None
     checkpoint: str | None = None
     init_from: str | None = None
+    ood: str | None = None
+    ood_root: str | None = None
 
 
 def from_dict(raw: dict[str, Any]) -> LMRunConfig:
@@ -82,4 +84,6 @@ def from_dict(raw: dict[str, Any]) -> LMRunConfig:
         resume=raw.get("resume"),
         init_from=raw.get("init_from"),
         checkpoint=raw.get("checkpoint"),
+        ood=raw.get("ood"),
+        ood_root=raw.get("ood_root"),
     )

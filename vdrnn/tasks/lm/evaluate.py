@@ -40,6 +40,7 @@ import torch.nn.functional as F
 import vdrnn.nn as vnn
 from vdrnn.calibration import Calibration, token_scores
 from vdrnn.tasks.lm.data import TokenStreams, batchify, minibatches
+from vdrnn.tasks.lm.datasets import EOS
 from vdrnn.tasks.lm.model import LanguageModel
 from vdrnn.temperature import fit_temperature
 from vdrnn.training.bars import finish, mc_progress, pass_bar
@@ -329,10 +330,14 @@ def evaluation_temperatures(model: LanguageModel, sampled: LanguageModel | None,
 
 
 def evaluate_all(model: LanguageModel, corpus: TokenStreams, cfg) -> dict[str, Any]:
-    """Valid and test perplexity with weight scaling, plus MC test perplexity with ``eval=mc``."""
+    """Valid and test perplexity with weight scaling, plus MC test perplexity with ``eval=mc``; with ``ood=``,
+    out-of-domain detection (:mod:`vdrnn.tasks.lm.ood`)."""
+    from vdrnn.tasks.lm import ood  # it builds on this module's ReplicaSums
+
     d, e, amp = cfg.data, cfg.eval, cfg.trainer.amp
     graphed = graphs_apply(next(model.parameters()).device, cfg)
     started = time.perf_counter()
+    sides = ood.ood_sentences(corpus, cfg) if cfg.ood else None  # missing text is refused before the test runs
     sampled = mc_model(model, cfg) if e.mode == "mc" else None
     temperature, mc_temperature = evaluation_temperatures(model, sampled, corpus, cfg)
     calibration = Calibration()
@@ -354,5 +359,8 @@ def evaluate_all(model: LanguageModel, corpus: TokenStreams, cfg) -> dict[str, A
         metrics.update({f"test_{key}_mc": value for key, value in decomposition.summary().items()})
         metrics.update({"temperature_mc": mc_temperature, "mc_samples": e.samples,
                         "mc_seconds": time.perf_counter() - mc_started})
+    if sides:
+        metrics.update(ood.ood_metrics(model, sampled, sides, corpus.vocab.index(EOS), cfg, temperature,
+                                       mc_temperature))
     metrics["eval_seconds"] = time.perf_counter() - started
     return metrics

@@ -8,6 +8,7 @@
     train.py      minibatches of whole reviews, the best-validation (or last) epoch kept
     predict.py    predictions with weight scaling and with MC dropout
     evaluate.py   the test: metrics, temperature, the uncertainty's parts, selective prediction
+    ood.py        out-of-domain detection: the test reviews against other text cut to their lengths
     metrics.py    accuracy, NLL, calibration (ECE and its floor), RMSE
 """
 
@@ -32,6 +33,11 @@ class Sentiment(Task):
         cfg = from_dict(raw)
         self.check_dataset(cfg.data)
         return cfg
+
+    def ood_texts(self, data):
+        from vdrnn.tasks.lm.datasets import OOD_TEXTS
+
+        return OOD_TEXTS  # a classifier's; a regression is refused once its data says what it is
 
     def headline(self, metrics):
         if "test_rmse" in metrics:

@@ -92,6 +92,8 @@ class SentimentRunConfig:
     device: str = "auto"
     resume: str | None = None
     checkpoint: str | None = None
+    ood: str | None = None
+    ood_root: str | None = None
 
 
 def from_dict(raw: dict[str, Any]) -> SentimentRunConfig:
@@ -136,6 +138,8 @@ def from_dict(raw: dict[str, Any]) -> SentimentRunConfig:
         device=device,
         resume=raw.get("resume"),
         checkpoint=raw.get("checkpoint"),
+        ood=raw.get("ood"),
+        ood_root=raw.get("ood_root"),
     )
 
 

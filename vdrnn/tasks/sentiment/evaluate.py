@@ -2,8 +2,9 @@
 
 A classifier's test predictions are also scored for what their uncertainty is good for: their calibration report
 (:mod:`vdrnn.tasks.sentiment.metrics`), under MC their uncertainty split into its aleatoric and epistemic parts
-(``test_uncertainty_*_mc``) and selective prediction (accuracy as the least sure reviews are refused, per uncertainty
-score: ``test_retention_*``). A softmax temperature (``eval.temperature``) divides weight scaling's and each MC sample's logits first; ``fit`` fits each
+(``test_uncertainty_*_mc``), selective prediction (accuracy as the least sure reviews are refused, per uncertainty
+score: ``test_retention_*``) and, with ``ood=``, out-of-domain detection (:mod:`vdrnn.tasks.sentiment.ood`). A
+softmax temperature (``eval.temperature``) divides weight scaling's and each MC sample's logits first; ``fit`` fits each
 on the validation reviews.
 """
 
@@ -17,9 +18,10 @@ import torch
 from vdrnn.calibration import ece_difference
 from vdrnn.errors import ConfigError
 from vdrnn.tasks.sentiment.config import SentimentRunConfig
-from vdrnn.tasks.sentiment.data import CLASSIFICATION, SentimentData
+from vdrnn.tasks.sentiment.data import CLASSIFICATION, SentimentData, Split
 from vdrnn.tasks.sentiment.metrics import calibration_report, classification_metrics
 from vdrnn.tasks.sentiment.model import SentimentModel
+from vdrnn.tasks.sentiment.ood import ood_metrics, ood_split
 from vdrnn.tasks.sentiment.predict import (
     Predictions,
     evaluate_split,
@@ -35,12 +37,14 @@ from vdrnn.uncertainty import Decomposition, selective_prediction
 
 def check_evaluation(data: SentimentData, cfg: SentimentRunConfig) -> None:
     """Refuse, once the data says the task is a regression, the settings only a classifier's test reads: a regression's
-    MC dropout averages predicted ratings, which have no softmax to temper and no log-probabilities to average."""
+    MC dropout averages predicted ratings, which have no softmax to temper, no log-probabilities to average and no
+    uncertainty score to detect with."""
     if data.kind == CLASSIFICATION:
         return
     e = cfg.eval
     given = [f"eval.average={e.average}" if e.average != "arithmetic" else None,
-             f"eval.temperature={e.temperature}" if e.temperature != 1 else None]
+             f"eval.temperature={e.temperature}" if e.temperature != 1 else None,
+             f"ood={cfg.ood}" if cfg.ood else None]
     given = [setting for setting in given if setting]
     if given:
         raise ConfigError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for a classifier's predictive "
@@ -51,11 +55,14 @@ def check_evaluation(data: SentimentData, cfg: SentimentRunConfig) -> None:
 def evaluate_all(model: SentimentModel, data: SentimentData, cfg: SentimentRunConfig) -> dict[str, Any]:
     """valid_* and test_* with weight scaling, plus test_*_mc with ``eval=mc`` (see the module's docstring)."""
     check_evaluation(data, cfg)
+    outside = ood_split(data, cfg) if cfg.ood else None  # missing text is refused before the test runs
     started = time.perf_counter()
     metrics = {f"valid_{k}": v for k, v in evaluate_split(model, data.valid, data, cfg, mc=False).items()}
     sampled = mc_model(model, cfg) if cfg.eval.mode == "mc" else None
-    test = classification_test if data.kind == CLASSIFICATION else regression_test
-    metrics.update(test(model, sampled, data, cfg))
+    if data.kind == CLASSIFICATION:
+        metrics.update(classification_test(model, sampled, data, cfg, outside))
+    else:
+        metrics.update(regression_test(model, sampled, data, cfg))
     metrics["eval_seconds"] = time.perf_counter() - started
     return metrics
 
@@ -74,10 +81,10 @@ def regression_test(model: SentimentModel, sampled: SentimentModel | None, data:
 
 
 def classification_test(model: SentimentModel, sampled: SentimentModel | None, data: SentimentData,
-                        cfg: SentimentRunConfig) -> dict[str, Any]:
-    """The test's metrics (:func:`tested`) by weight scaling and MC; with MC test_ece_mc_minus_ws, ECE(MC) - ECE(weight
-    scaling) and its 95% interval test_ece_mc_minus_ws_ci, below zero where MC is the better calibrated beyond
-    chance."""
+                        cfg: SentimentRunConfig, outside: Split | None = None) -> dict[str, Any]:
+    """The test's metrics (:func:`scored`) by weight scaling and MC; with MC test_ece_mc_minus_ws, ECE(MC) - ECE(weight
+    scaling) and its 95% interval test_ece_mc_minus_ws_ci, below zero where MC is the better calibrated beyond chance;
+    with ``outside`` (``ood=``'s text as reviews), out-of-domain detection."""
     temperatures = evaluation_temperatures(model, sampled, data, cfg)
     labels = data.test.targets
     tested = {"": predictions(split_outputs(model, data.test, cfg, mc=False), False, temperature=temperatures[""])}
@@ -90,6 +97,8 @@ def classification_test(model: SentimentModel, sampled: SentimentModel | None, d
                         **scored(tested["_mc"], labels, "_mc"), "temperature_mc": temperatures["_mc"]})
         difference, low, high = ece_difference(tested["_mc"].probs, tested[""].probs, labels)
         metrics.update({"test_ece_mc_minus_ws": difference, "test_ece_mc_minus_ws_ci": [low, high]})
+    if outside is not None:
+        metrics.update(ood_metrics(model, sampled, outside, cfg, tested, temperatures))
     return metrics
 
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The corpora whose text `vdrnn eval ood=NAME` scores as out-of-domain inputs, of either task (docs/uncertainty.md).
+OOD_TEXTS = ("ptb", "wikitext2")
+
 EOS = "<eos>"
 UNK = "<unk>"
 SPLITS = ("train", "valid", "test")
