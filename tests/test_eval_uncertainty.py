@@ -95,6 +95,11 @@ def test_an_mc_test_splits_each_tokens_uncertainty_into_its_parts_in_metrics_jso
     scalars = final_scalars(lm_run)
     for part, value in (("total", total), ("aleatoric", aleatoric), ("epistemic", epistemic)):
         assert scalars[f"test/uncertainty_{part}_mc"] == pytest.approx(value, rel=1e-6)
+    # The report's calibration table gives the run's parts beside MC's entropy, their sum.
+    report.main([str(lm_run), "--out", str(lm_run.parent / "report")])
+    with open(lm_run.parent / "report" / "ptb_calibration.csv") as f:
+        [line] = list(csv.DictReader(f))
+    assert (line["MC aleatoric"], line["MC epistemic"]) == (f"{aleatoric:.4f}", f"{epistemic:.4f}")
 
 
 def test_a_classifiers_test_gives_selective_prediction_and_the_uncertaintys_parts_per_review(imdb_run):
@@ -223,6 +228,18 @@ def test_a_regression_refuses_what_only_a_classifier_has_before_training(tmp_pat
     assert "eval.temperature=fit is for a classifier's predictive distributions, and scale is a regression" in \
         result.stderr
     assert not (tmp_path / "run" / "last.pt").exists()  # no epoch ran
+
+
+def test_a_regressions_evaluation_refuses_out_of_domain_text_in_a_line(tmp_path, fake_scale):
+    run = train_in_process(tmp_path / "run", ["dataset=scale", f"data.root={fake_scale}", "data.test_fraction=0.25",
+                                              "model.hidden_size=4", "trainer.epochs=1", "trainer.progress=false",
+                                              "device=cpu"])
+    result = run_in_process("eval", f"checkpoint={run / 'best.pt'}", f"data.root={fake_scale}", "ood=ptb",
+                            "device=cpu", "hydra.run.dir=eval", cwd=tmp_path, check=False)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == ("error: ood=ptb is for a classifier's predictive distributions, and scale is a "
+                             "regression, whose MC dropout averages its predicted ratings: drop it\n")
+    assert not (tmp_path / "eval" / "eval.json").exists()
 
 
 @pytest.mark.parametrize("args, message", [
