@@ -424,7 +424,9 @@ def test_ctrl_c_in_eval_ends_it_with_a_line_and_no_eval_json(tmp_path, tiny_corp
 
 def test_eval_imports_no_reader_a_checkpoint_names(tmp_path, tiny_corpus, tiny_checkpoint, monkeypatch):
     """A checkpoint's data.reader would choose code to import: a module beside an unpacked archive of runs, found
-    on the path, runs on import. eval reads the data with the command line's reader (the dataset's own here)."""
+    on the path, runs on import. eval asks for the reader on its command line, in a line, and reads the data with
+    the one given there (the dataset's own here)."""
+    from tests.helpers import run_in_process
     from vdrnn.training import checkpoint
 
     (tmp_path / "planted_reader.py").write_text("import pathlib\npathlib.Path('imported').write_text('ran')\n")
@@ -432,10 +434,15 @@ def test_eval_imports_no_reader_a_checkpoint_names(tmp_path, tiny_corpus, tiny_c
     payload = checkpoint.load(tiny_checkpoint)
     payload["config"]["data"]["reader"] = "planted_reader"
     checkpoint.save(payload, tmp_path / "best.pt")
+    refused = run_in_process("eval", f"checkpoint={tmp_path / 'best.pt'}", f"data.root={tiny_corpus}",
+                             "hydra.run.dir=refused", cwd=tmp_path, check=False)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "give data.reader=planted_reader" in refused.stderr
+    own = "vdrnn.tasks.lm.datasets.ptb"
     evaluated = evaluate_in_process(monkeypatch, tmp_path / "eval", f"checkpoint={tmp_path / 'best.pt'}",
-                                    f"data.root={tiny_corpus}")
+                                    f"data.root={tiny_corpus}", f"data.reader={own}")
     assert not (tmp_path / "imported").exists() and not (tmp_path / "eval" / "imported").exists()
-    assert evaluated["config"]["data"]["reader"] is None and evaluated["test_ppl"] > 1
+    assert evaluated["config"]["data"]["reader"] == own and evaluated["test_ppl"] > 1
 
 
 def test_train_refuses_the_checkpoint_eval_scores(tmp_path):
