@@ -48,6 +48,8 @@ PUBLISHED: dict[str, tuple[str, ...]] = {
     "imdb/tuned": IMDB_CALIBRATION,
     "imdb/gals_protocol": IMDB_CALIBRATION,
     "scale": ("scale_table.md", "scale_table.csv", "scale_test_curves.png"),
+    "wt2": ("wikitext2_table.md", "wikitext2_table.csv", "wikitext2_valid_ppl.png", "wikitext2_calibration.md",
+            "wikitext2_calibration.csv", "wikitext2_reliability.png"),
 }
 
 
