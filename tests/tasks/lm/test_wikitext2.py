@@ -3,6 +3,8 @@ code, and refusing what is not the release."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from tests.helpers import real_data
@@ -96,6 +98,14 @@ def test_offline_without_files_says_where_to_put_them(tmp_path, monkeypatch):
     monkeypatch.setenv("VDRNN_DATA_DIR", str(tmp_path))
     with pytest.raises(DataError, match=r"WikiText-2 not found and datasets.load_dataset\('wikitext', 'wikitext-2-v1'"
                                          r"\) failed \(ConnectionError: no network\). Put train.txt"):
+        read()
+
+
+def test_without_files_or_datasets_says_how_to_install_the_hub_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError
+    monkeypatch.setenv("VDRNN_DATA_DIR", str(tmp_path))
+    with pytest.raises(DataError, match=r"WikiText-2 not found: put train.txt.*install Hugging Face's datasets to load "
+                                         r"its copy: pip install .*\[hub\]"):
         read()
 
 
