@@ -8,12 +8,15 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
+from vdrnn.distribution import install_line
 from vdrnn.errors import DataError, WriteError
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -139,3 +142,18 @@ def require_files(folder: Path, names: list[str], origin: str, subfolder: str) -
     else:
         problem = lacks
     raise DataError(f"{origin}: {folder} {problem}")
+
+
+def load_from_hub(load: Callable[[], T], name: str, call: str, put: str) -> T:
+    """``load()``, which loads dataset ``name`` through Hugging Face's datasets (``call``, as the message spells it),
+    or a DataError that says to ``put`` the files in place instead ("put X in Y, or pass data.root=..."): without
+    datasets, with the install line of the hub extra; with it, with why the load failed (its first line)."""
+    try:
+        return load()
+    except ImportError as err:
+        raise DataError(f"{name} not found: {put}; or, with internet, install Hugging Face's datasets to load its copy: "
+                        f"{install_line('hub')}") from err
+    except Exception as err:  # no internet, no datasets cache, hub errors: all mean "not here"
+        why = str(err).splitlines()[0][:200] if str(err) else ""
+        raise DataError(f"{name} not found and {call} failed ({type(err).__name__}: {why}). "
+                        f"{put[0].upper()}{put[1:]}.") from err

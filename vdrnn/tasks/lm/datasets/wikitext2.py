@@ -17,9 +17,8 @@ import logging
 import os
 from pathlib import Path
 
-from vdrnn.distribution import install_line
 from vdrnn.errors import DataError
-from vdrnn.files import read_utf8, require_files
+from vdrnn.files import load_from_hub, read_utf8, require_files
 from vdrnn.tasks.lm.datasets import SPLITS, Corpus, release_problems, tokenize, word_corpus
 
 log = logging.getLogger("vdrnn")
@@ -54,17 +53,10 @@ def lines_of(root: str | None) -> tuple[dict[str, list[str]], str]:
     if env and (Path(env).expanduser() / "wikitext-2").is_dir():  # meant to be used: a missing file is an error
         folder = Path(env).expanduser() / "wikitext-2"
         return read_folder(folder, "$VDRNN_DATA_DIR/wikitext-2"), str(folder)
-    try:
-        return from_hugging_face(), f"datasets.load_dataset{HUB}"
-    except ImportError as err:
-        raise DataError(f"WikiText-2 not found: put train.txt, valid.txt and test.txt (or wiki.{{train,valid,test}}"
-                        f".tokens) in $VDRNN_DATA_DIR/wikitext-2, or pass data.root=/path/to/folder; or, with "
-                        f"internet, install Hugging Face's datasets to load its copy: {install_line('hub')}") from err
-    except Exception as err:  # no internet, no datasets cache, hub errors: all mean "not here"
-        raise DataError(
-            f"WikiText-2 not found and datasets.load_dataset{HUB} failed ({type(err).__name__}: {err}). Put "
-            f"train.txt, valid.txt and test.txt (or wiki.{{train,valid,test}}.tokens) in $VDRNN_DATA_DIR/wikitext-2, "
-            f"or pass data.root=/path/to/folder.") from err
+    put = ("put train.txt, valid.txt and test.txt (or wiki.{train,valid,test}.tokens) in $VDRNN_DATA_DIR/wikitext-2, "
+           "or pass data.root=/path/to/folder")
+    source = f"datasets.load_dataset{HUB}"
+    return load_from_hub(from_hugging_face, "WikiText-2", source, put), source
 
 
 def from_hugging_face() -> dict[str, list[str]]:

@@ -17,9 +17,8 @@ import os
 import zlib
 from pathlib import Path
 
-from vdrnn.distribution import install_line
 from vdrnn.errors import DataError
-from vdrnn.files import require_files
+from vdrnn.files import load_from_hub, require_files
 from vdrnn.tasks.sentiment.datasets import CLASSIFICATION, Review, Reviews, check_count
 
 log = logging.getLogger("vdrnn")
@@ -48,18 +47,9 @@ def load(root: str | None) -> dict[str, list[Review]]:
     env = os.environ.get("VDRNN_DATA_DIR")
     if env and (Path(env).expanduser() / "imdb").is_dir():  # a folder missing a file is an error, not a download
         return _read_folder(Path(env).expanduser() / "imdb", "$VDRNN_DATA_DIR/imdb")
-    try:
-        return _from_hugging_face()
-    except ImportError as err:
-        raise DataError(f"IMDB not found: put {', '.join(file_names())} (fields id, rating, label, file, text) in "
-                        f"{_env_folder(env)}, or pass data.root=/path/to/folder; or, with internet, install Hugging "
-                        f"Face's datasets to load its copy: {install_line('hub')}") from err
-    except Exception as err:  # no internet, no datasets cache, hub errors: all mean "not here"
-        raise DataError(
-            f"IMDB not found and datasets.load_dataset('imdb') failed ({type(err).__name__}: "
-            f"{str(err).splitlines()[0][:200] if str(err) else ''}). Put {', '.join(file_names())} "
-            f"(fields id, rating, label, file, text) in {_env_folder(env)}, or pass data.root=/path/to/folder."
-        ) from err
+    put = (f"put {', '.join(file_names())} (fields id, rating, label, file, text) in {_env_folder(env)}, or pass "
+           f"data.root=/path/to/folder")
+    return load_from_hub(_from_hugging_face, "IMDB", "datasets.load_dataset('imdb')", put)
 
 
 def _env_folder(env: str | None) -> str:
