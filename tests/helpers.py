@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -151,3 +152,12 @@ def fit(trainer) -> dict:
         return trainer.train()
     finally:
         trainer.cleanup()
+
+
+def report_rows(tmp_path: Path, table: str) -> list[dict[str, str]]:
+    """`vdrnn report` of the runs in tmp_path/runs into tmp_path/out, and the rows of its ``table`` (a .csv)."""
+    from vdrnn import report  # imported when called: most tests that import these helpers never report
+
+    report.write_report([tmp_path / "runs"], tmp_path / "out")
+    with open(tmp_path / "out" / table) as f:
+        return list(csv.DictReader(f))

@@ -252,11 +252,7 @@ def test_a_regressions_evaluation_refuses_out_of_domain_text_in_a_line(tmp_path,
     (["ood=wikitext2", "ood_root=/nowhere"], "ood=wikitext2: reading its text as dataset=wikitext2 does"),
 ], ids=["own-corpus", "no-pairing", "root-alone", "mc-average", "mc-dropout-scale", "missing-text"])
 def test_bad_out_of_domain_and_evaluation_settings_are_refused_in_a_line(lm_run, corpora, tmp_path, args, message):
-    result = run_in_process("eval", f"checkpoint={lm_run / 'best.pt'}", f"data.root={corpora[0]}", "device=cpu",
-                            "hydra.run.dir=eval", *args, cwd=tmp_path, check=False)
-    assert result.returncode == 2, result.stderr
-    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "eval" / "eval.json").exists()
+    assert_eval_refused_in_a_line(lm_run, corpora[0], tmp_path, args, message)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -265,7 +261,13 @@ def test_bad_out_of_domain_and_evaluation_settings_are_refused_in_a_line(lm_run,
     (["ood=ptb", "ood_root=/nowhere"], "ood=ptb: reading its text as dataset=ptb does (ood_root as its data.root)"),
 ], ids=["own-kind", "missing-text"])
 def test_a_classifiers_bad_out_of_domain_text_is_refused_in_a_line(imdb_run, imdb_dir, tmp_path, args, message):
-    result = run_in_process("eval", f"checkpoint={imdb_run / 'best.pt'}", f"data.root={imdb_dir}", "device=cpu",
+    assert_eval_refused_in_a_line(imdb_run, imdb_dir, tmp_path, args, message)
+
+
+def assert_eval_refused_in_a_line(run, data_root, tmp_path, args, message) -> None:
+    """`vdrnn eval` of ``run``'s best.pt with ``args`` ends with status 2 and ``message`` as its one line, scoring
+    nothing."""
+    result = run_in_process("eval", f"checkpoint={run / 'best.pt'}", f"data.root={data_root}", "device=cpu",
                             "hydra.run.dir=eval", *args, cwd=tmp_path, check=False)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1

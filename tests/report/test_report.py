@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import TINY, run_in_process
+from tests.helpers import TINY, report_rows, run_in_process
 from vdrnn import report
 from vdrnn.errors import RecordError, VdrnnError
 from vdrnn.report.found import find_runs
@@ -113,9 +113,7 @@ def fake_ptb_run(folder, seed, overrides, epochs=39, time_limited=False, dropout
 
 
 def ptb_rows(tmp_path) -> list[dict[str, str]]:
-    report.write_report([tmp_path / "runs"], tmp_path / "out")
-    with open(tmp_path / "out" / "ptb_table.csv") as f:
-        return list(csv.DictReader(f))
+    return report_rows(tmp_path, "ptb_table.csv")
 
 
 def test_the_overrides_column_lists_every_seeds_overrides_and_names_those_only_some_made(tmp_path):

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from tests.helpers import report_rows
 from vdrnn import report
 from vdrnn.report.found import find_runs
 from vdrnn.report.plots import line_label, plot_mean_curve, reliability_panel
@@ -32,10 +33,7 @@ def fake_run(folder, dataset, cell, scheme, gates, seed, accuracy, p=None, train
 
 
 def imdb_rows(tmp_path) -> list[dict[str, str]]:
-    """`vdrnn report` on tmp_path/runs, and the rows of the IMDB table it writes (as test_report.ptb_rows)."""
-    report.write_report([tmp_path / "runs"], tmp_path / "out")
-    with open(tmp_path / "out" / "imdb_table.csv") as f:
-        return list(csv.DictReader(f))
+    return report_rows(tmp_path, "imdb_table.csv")
 
 
 def test_sentiment_tables_group_cells_schemes_and_seeds(tmp_path):
