@@ -64,7 +64,7 @@ def described(config: dict[str, Any]) -> dict[str, str]:
 
 def hparams_record(config: dict[str, Any], metrics: list[str]) -> list[Summary]:
     """The hparams plugin's experiment (each key of ``config`` but Hydra's, with its type and description, and the
-    final ``metrics``' tags) and session start (the values), as torch's ``hparams`` writes them, but with the
+    final ``metrics``' tags) and its start record (the run's values), as torch's ``hparams`` writes them, but with the
     descriptions, and booleans as booleans (torch's writes them as the numbers 0 and 1)."""
     descriptions = described(config)
     start, infos = SessionStartInfo(), []
